@@ -1,0 +1,53 @@
+-- Event store: streams, events and snapshots.
+
+-- Global positions come from this sequence, drawn by the INSERT itself (column DEFAULT). CACHE 1 is load-bearing:
+-- the gap-safe log reader relies on a missing position having been drawn by a transaction that held a
+-- RowExclusiveLock on events when the gap was seen. A cached range would let a session draw a low number long
+-- after higher numbers committed.
+CREATE SEQUENCE events_position_seq AS bigint CACHE 1;
+
+-- One row per stream: its current version. Appends update it under optimistic concurrency, which serialises
+-- writers of one stream and lets a version conflict be detected without a failed INSERT.
+CREATE TABLE streams (
+    tenant_id   text        NOT NULL CHECK (tenant_id <> ''),
+    stream_id   text        NOT NULL CHECK (stream_id <> ''),
+    stream_type text        NOT NULL,
+    version     bigint      NOT NULL CHECK (version >= 0),
+    created_at  timestamptz NOT NULL DEFAULT now(),
+    updated_at  timestamptz NOT NULL DEFAULT now(),
+    -- A stream's identity includes its tenant: the same stream ID in two tenants is two streams.
+    PRIMARY KEY (tenant_id, stream_id)
+);
+
+CREATE TABLE events (
+    position      bigint      NOT NULL DEFAULT nextval('events_position_seq') PRIMARY KEY,
+    -- Never NULL: "no tenant" is the reserved value '__untenanted__'.
+    tenant_id     text        NOT NULL CHECK (tenant_id <> ''),
+    stream_id     text        NOT NULL,
+    stream_type   text        NOT NULL,
+    version       bigint      NOT NULL CHECK (version >= 1),
+    event_id      uuid        NOT NULL,
+    event_type    text        NOT NULL,
+    -- Schema version of the payload, for upcasting on load.
+    event_version integer     NOT NULL DEFAULT 1,
+    payload       jsonb       NOT NULL,
+    metadata      jsonb       NOT NULL DEFAULT '{}',
+    occurred_at   timestamptz NOT NULL,
+    recorded_at   timestamptz NOT NULL DEFAULT now(),
+    CONSTRAINT events_stream_version_key UNIQUE (tenant_id, stream_id, version),
+    CONSTRAINT events_event_id_key UNIQUE (event_id)
+);
+
+ALTER SEQUENCE events_position_seq OWNED BY events.position;
+
+-- Latest snapshot per stream. The payload is opaque to the store.
+CREATE TABLE snapshots (
+    tenant_id      text        NOT NULL,
+    stream_id      text        NOT NULL,
+    stream_type    text        NOT NULL,
+    version        bigint      NOT NULL,
+    schema_version integer     NOT NULL,
+    payload        bytea       NOT NULL,
+    created_at     timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (tenant_id, stream_id)
+);

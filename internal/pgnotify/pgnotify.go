@@ -1,0 +1,156 @@
+// Package pgnotify is stagehand's one LISTEN/NOTIFY mechanism: wake-up signals sent after commit, coalesced, and a
+// listener that reconnects by itself.
+//
+// NOTIFY is never sent inside a writer's transaction: PostgreSQL serialises the commits of every transaction that
+// notified (a database-wide lock held until after commit), which would undo group commit. Writers call
+// Notifier.Notify after their commit instead; a burst of calls becomes one NOTIFY. Wake-ups are hints: every
+// consumer also polls, so a lost notification only costs latency.
+package pgnotify
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/pgxlisten"
+)
+
+// Execer runs a statement; *pgxpool.Pool satisfies it.
+type Execer interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+}
+
+// Notifier sends pg_notify(channel) after commits. At most one NOTIFY is in flight; calls made while one is in
+// flight cause exactly one more after it, so a burst of commits costs two round trips, not one per commit.
+type Notifier struct {
+	db      Execer
+	channel string
+	logger  *slog.Logger
+
+	mu      sync.Mutex
+	running bool
+	pending bool
+	closed  bool
+	wg      sync.WaitGroup
+}
+
+// NewNotifier returns a Notifier for channel. logger may be nil.
+func NewNotifier(db Execer, channel string, logger *slog.Logger) *Notifier {
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	return &Notifier{db: db, channel: channel, logger: logger}
+}
+
+// Notify schedules a wake-up. It never blocks on the database.
+func (n *Notifier) Notify() {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.closed {
+		return
+	}
+	if n.running {
+		n.pending = true
+		return
+	}
+	n.running = true
+	n.wg.Add(1)
+	go n.loop()
+}
+
+func (n *Notifier) loop() {
+	defer n.wg.Done()
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		if _, err := n.db.Exec(ctx, "SELECT pg_notify($1, '')", n.channel); err != nil {
+			n.logger.Debug("stagehand: wake-up notify failed; consumers fall back to polling",
+				"channel", n.channel, "error", err)
+		}
+		cancel()
+		n.mu.Lock()
+		if !n.pending || n.closed {
+			n.running = false
+			n.mu.Unlock()
+			return
+		}
+		n.pending = false
+		n.mu.Unlock()
+	}
+}
+
+// Close stops accepting notifications and waits for the one in flight. It is safe to call more than once.
+func (n *Notifier) Close() {
+	n.mu.Lock()
+	n.closed = true
+	n.mu.Unlock()
+	n.wg.Wait()
+}
+
+// Listen starts listening on channel over a dedicated connection built from pool's configuration and returns a
+// channel that receives a (coalesced) signal for every notification and after every (re)connection, so a consumer
+// also catches up on what happened while it was disconnected. The listener reconnects after reconnectDelay
+// (default 1s) when its connection is killed or the database restarts. stop cancels it and waits for it to end.
+func Listen(ctx context.Context, pool *pgxpool.Pool, channel string, reconnectDelay time.Duration,
+	logger *slog.Logger) (wake <-chan struct{}, stop func()) {
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	if reconnectDelay <= 0 {
+		reconnectDelay = time.Second
+	}
+	ch := make(chan struct{}, 1)
+	signal := func() {
+		select {
+		case ch <- struct{}{}:
+		default:
+		}
+	}
+	l := &pgxlisten.Listener{
+		Connect: func(ctx context.Context) (*pgx.Conn, error) {
+			return pgx.ConnectConfig(ctx, pool.Config().ConnConfig.Copy())
+		},
+		LogError: func(ctx context.Context, err error) {
+			if ctx.Err() == nil {
+				logger.Debug("stagehand: listener error; reconnecting", "channel", channel, "error", err)
+			}
+		},
+		ReconnectDelay: reconnectDelay,
+	}
+	l.Handle(channel, wakeHandler(signal))
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = l.Listen(ctx)
+	}()
+	return ch, func() {
+		cancel()
+		<-done
+	}
+}
+
+type wakeHandler func()
+
+func (h wakeHandler) HandleNotification(context.Context, *pgconn.Notification, *pgx.Conn) error {
+	h()
+	return nil
+}
+
+// HandleBacklog signals once after every (re)connection.
+func (h wakeHandler) HandleBacklog(context.Context, string, *pgx.Conn) error {
+	h()
+	return nil
+}
+
+// Channel returns the notification channel name for a stagehand component in a schema.
+func Channel(schema, component string) string {
+	name := "stagehand." + schema + "." + component
+	if len(name) > 63 { // PostgreSQL truncates identifiers at 63 bytes; keep the distinguishing tail.
+		name = name[len(name)-63:]
+	}
+	return name
+}

@@ -1,0 +1,60 @@
+package stagehand
+
+import (
+	"context"
+	"io/fs"
+	"log/slog"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/stagehand-es/stagehand/internal/migrate"
+)
+
+// DefaultSchema is the PostgreSQL schema every stagehand table lives in unless configured otherwise.
+const DefaultSchema = "stagehand"
+
+// Beginner is satisfied by *pgxpool.Pool, *pgx.Conn and pgx.Tx.
+type Beginner interface {
+	Begin(ctx context.Context) (pgx.Tx, error)
+}
+
+// MigrateConfig configures Migrate. A nil *MigrateConfig uses the defaults.
+type MigrateConfig struct {
+	// Schema is the schema to migrate. Default DefaultSchema ("stagehand"). It is quoted, never interpolated.
+	Schema string
+	// Logger receives one line per applied migration. Default: silent.
+	Logger *slog.Logger
+}
+
+// MigrationStatus is one migration and whether it is applied.
+type MigrationStatus = migrate.Status
+
+// Migrate applies every pending migration of every stagehand package (event store, outbox, inbox, projections,
+// staging, leases) to the schema and returns the versions it applied.
+//
+// It is explicit (no constructor creates tables), idempotent, and safe to run concurrently from several processes:
+// it holds a transaction-scoped advisory lock keyed on the schema and applies everything in one transaction.
+func Migrate(ctx context.Context, db Beginner, cfg *MigrateConfig) ([]int, error) {
+	schema, logger := DefaultSchema, (*slog.Logger)(nil)
+	if cfg != nil {
+		schema, logger = cfg.Schema, cfg.Logger
+	}
+	done, err := migrate.Up(ctx, db, schema, logger)
+	if err != nil {
+		return nil, err
+	}
+	versions := make([]int, len(done))
+	for i, m := range done {
+		versions[i] = m.Version
+	}
+	return versions, nil
+}
+
+// Migrations lists every known migration and when it was applied to the schema (zero time when pending).
+func Migrations(ctx context.Context, db Beginner, schema string) ([]MigrationStatus, error) {
+	return migrate.List(ctx, db, schema)
+}
+
+// MigrationsFS exposes the migration files (NNN_name.sql) for external tools such as goose or tern. The files use
+// unqualified table names: run them with search_path set to your schema.
+func MigrationsFS() fs.FS { return migrate.FS() }
