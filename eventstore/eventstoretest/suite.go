@@ -1,0 +1,598 @@
+// Package eventstoretest is the conformance suite every eventstore.Store implementation must pass. Each case's name
+// says which part of the contract it checks; the PostgreSQL and in-memory stores both run it.
+//
+//	func TestConformance(t *testing.T) {
+//		eventstoretest.Run(t, func(t *testing.T) eventstore.Store { return newStore(t) })
+//	}
+package eventstoretest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/stagehand-es/stagehand"
+	"github.com/stagehand-es/stagehand/eventstore"
+)
+
+// Factory returns a new, empty store for one test case. Register cleanups on t.
+type Factory func(t *testing.T) eventstore.Store
+
+// Run runs every conformance case against stores made by newStore. Cases that need transactions run only when the
+// store implements eventstore.TransactionalStore.
+func Run(t *testing.T, newStore Factory) {
+	cases := []struct {
+		name string
+		fn   func(t *testing.T, s eventstore.Store)
+	}{
+		{"AtomicAppend/AllEventsOfAnAppendGetConsecutiveVersions", testAppendAssignsVersions},
+		{"AtomicAppend/DuplicateEventIDAppendsNothing", testDuplicateEventIDAppendsNothing},
+		{"AtomicAppend/InvalidRequestsAreRejected", testInvalidAppend},
+		{"OptimisticConcurrency/NoStream", testExpectNoStream},
+		{"OptimisticConcurrency/ExactVersion", testExpectExact},
+		{"OptimisticConcurrency/AnyVersion", testExpectAny},
+		{"OptimisticConcurrency/StreamExists", testExpectStreamExists},
+		{"OptimisticConcurrency/ConcurrentWritersOnOneStreamNeverCorruptIt", testConcurrentWritersOneStream},
+		{"StreamOrder/ReadStreamFromVersion", testReadStreamFrom},
+		{"StreamOrder/MissingStreamIsNotFound", testReadMissingStream},
+		{"GlobalLog/PositionsIncreaseAndPagesContinue", testLogPaging},
+		{"GlobalLog/FiltersSkipButAdvance", testLogFilters},
+		{"GlobalLog/ConcurrentAppendsAreReadExactlyOnceInOrder", testLogUnderConcurrentAppends},
+		{"GlobalLog/HeadPosition", testHeadPosition},
+		{"Tenancy/StreamIdentityIncludesTenant", testTenantIdentity},
+		{"Tenancy/NoTenantRoundTrips", testNoTenant},
+		{"Metadata/EventFieldsRoundTrip", testRoundTrip},
+		{"Snapshots/LatestVersionWins", testSnapshots},
+		{"Transactional/StageErrorRollsBackTheAppend", testStageErrorRollsBack},
+		{"Transactional/ConflictDoesNotRunStage", testConflictSkipsStage},
+		{"Transactional/AppendTxFollowsTheCallersTransaction", testAppendTx},
+		{"GlobalLog/GapSafeWhenCommitsAndAbortsAreOutOfOrder", testGapSafeOutOfOrder},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			c.fn(t, newStore(t))
+		})
+	}
+}
+
+func ctx() context.Context { return context.Background() }
+
+func events(n int, typ string) []eventstore.EventData {
+	out := make([]eventstore.EventData, n)
+	for i := range out {
+		out[i] = eventstore.EventData{Type: typ, Payload: fmt.Appendf(nil, `{"n":%d}`, i)}
+	}
+	return out
+}
+
+func appendN(t *testing.T, s eventstore.Store, tenant, stream, streamType string, expected eventstore.ExpectedVersion,
+	n int) eventstore.AppendResult {
+	t.Helper()
+	res, err := s.Append(ctx(), eventstore.AppendRequest{Tenant: tenant, StreamID: stream, StreamType: streamType,
+		Expected: expected, Events: events(n, "test.happened")})
+	require.NoError(t, err)
+	return res
+}
+
+func readAll(t *testing.T, s eventstore.Store, q eventstore.LogQuery) []eventstore.Record {
+	t.Helper()
+	var out []eventstore.Record
+	for {
+		page, err := s.ReadLog(ctx(), q)
+		require.NoError(t, err)
+		out = append(out, page.Records...)
+		if page.Last == q.After {
+			return out
+		}
+		q.After = page.Last
+	}
+}
+
+func versions(rs []eventstore.Record) []int64 {
+	out := make([]int64, len(rs))
+	for i, r := range rs {
+		out[i] = r.Version
+	}
+	return out
+}
+
+func seq(from, to int64) []int64 {
+	var out []int64
+	for v := from; v <= to; v++ {
+		out = append(out, v)
+	}
+	return out
+}
+
+func testAppendAssignsVersions(t *testing.T, s eventstore.Store) {
+	res := appendN(t, s, "", "a-1", "acct", eventstore.NoStream, 3)
+	require.Equal(t, int64(3), res.Version)
+	require.Equal(t, []int64{1, 2, 3}, versions(res.Records))
+	for i := 1; i < len(res.Records); i++ {
+		require.Greater(t, res.Records[i].Position, res.Records[i-1].Position)
+	}
+	res = appendN(t, s, "", "a-1", "acct", 3, 2)
+	require.Equal(t, []int64{4, 5}, versions(res.Records))
+	got, err := s.ReadStream(ctx(), "", "a-1", 0)
+	require.NoError(t, err)
+	require.Equal(t, seq(1, 5), versions(got))
+}
+
+func testDuplicateEventIDAppendsNothing(t *testing.T, s eventstore.Store) {
+	first := appendN(t, s, "", "a-1", "acct", eventstore.NoStream, 1)
+	evs := events(3, "test.happened")
+	evs[2].EventID = first.Records[0].EventID // already stored, in another stream
+	_, err := s.Append(ctx(), eventstore.AppendRequest{StreamID: "a-2", StreamType: "acct",
+		Expected: eventstore.NoStream, Events: evs})
+	require.ErrorIs(t, err, eventstore.ErrDuplicateEventID)
+	_, err = s.ReadStream(ctx(), "", "a-2", 0)
+	require.ErrorIs(t, err, eventstore.ErrStreamNotFound, "a failed append must append none of its events")
+
+	id := uuid.Must(uuid.NewV7())
+	evs = events(2, "test.happened")
+	evs[0].EventID, evs[1].EventID = id, id
+	_, err = s.Append(ctx(), eventstore.AppendRequest{StreamID: "a-3", Expected: eventstore.AnyVersion, Events: evs})
+	require.ErrorIs(t, err, eventstore.ErrDuplicateEventID)
+	head, err := s.HeadPosition(ctx())
+	require.NoError(t, err)
+	require.Equal(t, first.Records[0].Position, head, "nothing after the first append may be visible")
+}
+
+func testInvalidAppend(t *testing.T, s eventstore.Store) {
+	_, err := s.Append(ctx(), eventstore.AppendRequest{StreamID: "", Events: events(1, "x")})
+	require.ErrorIs(t, err, eventstore.ErrInvalidAppend)
+	_, err = s.Append(ctx(), eventstore.AppendRequest{StreamID: "s"})
+	require.ErrorIs(t, err, eventstore.ErrInvalidAppend)
+	_, err = s.Append(ctx(), eventstore.AppendRequest{StreamID: "s", Events: []eventstore.EventData{{Type: ""}}})
+	require.ErrorIs(t, err, eventstore.ErrInvalidAppend)
+	_, err = s.Append(ctx(), eventstore.AppendRequest{StreamID: "s", Expected: -7, Events: events(1, "x")})
+	require.ErrorIs(t, err, eventstore.ErrInvalidAppend)
+}
+
+func requireConflict(t *testing.T, err error, stream string, expected eventstore.ExpectedVersion, actual int64) {
+	t.Helper()
+	require.ErrorIs(t, err, eventstore.ErrConcurrencyConflict)
+	var ce *eventstore.ConflictError
+	require.ErrorAs(t, err, &ce)
+	require.Equal(t, stream, ce.StreamID)
+	require.Equal(t, expected, ce.Expected)
+	require.Equal(t, actual, ce.Actual)
+	require.Contains(t, err.Error(), stream)
+	require.NotContains(t, err.Error(), "SQLSTATE", "no raw driver error may reach the user")
+}
+
+func testExpectNoStream(t *testing.T, s eventstore.Store) {
+	appendN(t, s, "", "s", "t", eventstore.NoStream, 2)
+	_, err := s.Append(ctx(), eventstore.AppendRequest{StreamID: "s", Expected: eventstore.NoStream,
+		Events: events(1, "x")})
+	requireConflict(t, err, "s", eventstore.NoStream, 2)
+	got, _ := s.ReadStream(ctx(), "", "s", 0)
+	require.Len(t, got, 2, "a conflicting append appends nothing")
+}
+
+func testExpectExact(t *testing.T, s eventstore.Store) {
+	_, err := s.Append(ctx(), eventstore.AppendRequest{StreamID: "s", Expected: 3, Events: events(1, "x")})
+	requireConflict(t, err, "s", 3, 0)
+	appendN(t, s, "", "s", "t", eventstore.NoStream, 2)
+	_, err = s.Append(ctx(), eventstore.AppendRequest{StreamID: "s", Expected: 1, Events: events(1, "x")})
+	requireConflict(t, err, "s", 1, 2)
+	_, err = s.Append(ctx(), eventstore.AppendRequest{StreamID: "s", Expected: 3, Events: events(1, "x")})
+	requireConflict(t, err, "s", 3, 2)
+	res := appendN(t, s, "", "s", "t", 2, 1)
+	require.Equal(t, int64(3), res.Version)
+}
+
+func testExpectAny(t *testing.T, s eventstore.Store) {
+	require.Equal(t, int64(2), appendN(t, s, "", "s", "t", eventstore.AnyVersion, 2).Version)
+	require.Equal(t, int64(3), appendN(t, s, "", "s", "t", eventstore.AnyVersion, 1).Version)
+}
+
+func testExpectStreamExists(t *testing.T, s eventstore.Store) {
+	_, err := s.Append(ctx(), eventstore.AppendRequest{StreamID: "s", Expected: eventstore.StreamExists,
+		Events: events(1, "x")})
+	requireConflict(t, err, "s", eventstore.StreamExists, 0)
+	appendN(t, s, "", "s", "t", eventstore.NoStream, 1)
+	require.Equal(t, int64(2), appendN(t, s, "", "s", "t", eventstore.StreamExists, 1).Version)
+}
+
+func testConcurrentWritersOneStream(t *testing.T, s eventstore.Store) {
+	const writers, rounds = 16, 5
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	successes := 0
+	var unexpected []error
+	for range writers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range rounds {
+				var expected eventstore.ExpectedVersion
+				info, err := s.Stream(ctx(), "", "hot")
+				if err == nil {
+					expected = eventstore.ExpectedVersion(info.Version)
+				} else if !errors.Is(err, eventstore.ErrStreamNotFound) {
+					mu.Lock()
+					unexpected = append(unexpected, err)
+					mu.Unlock()
+					return
+				}
+				_, err = s.Append(ctx(), eventstore.AppendRequest{StreamID: "hot", StreamType: "t",
+					Expected: expected, Events: events(1, "x")})
+				mu.Lock()
+				switch {
+				case err == nil:
+					successes++
+				case !errors.Is(err, eventstore.ErrConcurrencyConflict):
+					unexpected = append(unexpected, err)
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	require.Empty(t, unexpected, "every failure must be the typed conflict")
+	require.Positive(t, successes)
+	got, err := s.ReadStream(ctx(), "", "hot", 0)
+	require.NoError(t, err)
+	require.Equal(t, seq(1, int64(successes)), versions(got), "versions must be 1..n, no gaps, no duplicates")
+}
+
+func testReadStreamFrom(t *testing.T, s eventstore.Store) {
+	appendN(t, s, "", "s", "t", eventstore.NoStream, 5)
+	got, err := s.ReadStream(ctx(), "", "s", 3)
+	require.NoError(t, err)
+	require.Equal(t, []int64{3, 4, 5}, versions(got))
+	got, err = s.ReadStream(ctx(), "", "s", 6)
+	require.NoError(t, err)
+	require.Empty(t, got, "reading past the end of an existing stream is empty, not an error")
+}
+
+func testReadMissingStream(t *testing.T, s eventstore.Store) {
+	_, err := s.ReadStream(ctx(), "", "nope", 0)
+	require.ErrorIs(t, err, eventstore.ErrStreamNotFound)
+	_, err = s.Stream(ctx(), "", "nope")
+	require.ErrorIs(t, err, eventstore.ErrStreamNotFound)
+}
+
+func testLogPaging(t *testing.T, s eventstore.Store) {
+	for i := range 7 {
+		appendN(t, s, "", fmt.Sprintf("s-%d", i), "t", eventstore.NoStream, 3)
+	}
+	page, err := s.ReadLog(ctx(), eventstore.LogQuery{Limit: 5})
+	require.NoError(t, err)
+	require.Len(t, page.Records, 5)
+	require.Equal(t, page.Records[4].Position, page.Last)
+	all := readAll(t, s, eventstore.LogQuery{Limit: 4})
+	require.Len(t, all, 21)
+	for i := 1; i < len(all); i++ {
+		require.Greater(t, all[i].Position, all[i-1].Position)
+	}
+	end, err := s.ReadLog(ctx(), eventstore.LogQuery{After: all[len(all)-1].Position})
+	require.NoError(t, err)
+	require.Empty(t, end.Records)
+	require.Equal(t, all[len(all)-1].Position, end.Last, "an empty page keeps the position")
+}
+
+func testLogFilters(t *testing.T, s eventstore.Store) {
+	_, err := s.Append(ctx(), eventstore.AppendRequest{Tenant: "t1", StreamID: "o-1", StreamType: "order",
+		Expected: eventstore.NoStream, Events: append(events(1, "order.placed"), events(1, "order.paid")...)})
+	require.NoError(t, err)
+	appendN(t, s, "t2", "a-1", "account", eventstore.NoStream, 2)
+	last := appendN(t, s, "t1", "o-2", "order", eventstore.NoStream, 1)
+
+	byType := readAll(t, s, eventstore.LogQuery{EventTypes: []string{"order.paid"}})
+	require.Len(t, byType, 1)
+	require.Equal(t, "order.paid", byType[0].Type)
+	require.JSONEq(t, `{"n":0}`, string(byType[0].Payload))
+
+	byStream := readAll(t, s, eventstore.LogQuery{StreamTypes: []string{"account"}})
+	require.Len(t, byStream, 2)
+	byTenant := readAll(t, s, eventstore.LogQuery{Tenants: []string{"t1"}})
+	require.Len(t, byTenant, 3)
+
+	page, err := s.ReadLog(ctx(), eventstore.LogQuery{EventTypes: []string{"nothing.matches"}})
+	require.NoError(t, err)
+	require.Empty(t, page.Records)
+	require.Equal(t, last.Records[0].Position, page.Last, "filtered-out events still advance the position")
+}
+
+func testLogUnderConcurrentAppends(t *testing.T, s eventstore.Store) {
+	const writers, perWriter = 8, 25
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	for w := range writers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range perWriter {
+				_, err := s.Append(ctx(), eventstore.AppendRequest{StreamID: fmt.Sprintf("w%d-%d", w, i%5),
+					StreamType: "t", Expected: eventstore.AnyVersion, Events: events(1+i%3, "x")})
+				if err != nil {
+					t.Errorf("append: %v", err)
+					return
+				}
+			}
+		}()
+	}
+	go func() { wg.Wait(); close(done) }()
+
+	var got []eventstore.Record
+	q := eventstore.LogQuery{Limit: 7}
+	finished := false
+	for {
+		page, err := s.ReadLog(ctx(), q)
+		require.NoError(t, err)
+		got = append(got, page.Records...)
+		q.After = page.Last
+		if finished && len(page.Records) == 0 {
+			break
+		}
+		select {
+		case <-done:
+			finished = true
+		default:
+			time.Sleep(time.Millisecond)
+		}
+	}
+	head, err := s.HeadPosition(ctx())
+	require.NoError(t, err)
+	want := readAll(t, s, eventstore.LogQuery{})
+	require.Equal(t, len(want), len(got), "the follower must see every committed event exactly once")
+	seen := map[uuid.UUID]bool{}
+	for i, r := range got {
+		require.False(t, seen[r.EventID], "event %s read twice", r.EventID)
+		seen[r.EventID] = true
+		require.Equal(t, want[i].Position, r.Position, "the follower must read in position order")
+	}
+	require.Equal(t, head, got[len(got)-1].Position)
+	// Per stream, the log shows versions in order.
+	last := map[string]int64{}
+	for _, r := range got {
+		require.Equal(t, last[r.StreamID]+1, r.Version, "stream %s out of order in the log", r.StreamID)
+		last[r.StreamID] = r.Version
+	}
+}
+
+func testHeadPosition(t *testing.T, s eventstore.Store) {
+	head, err := s.HeadPosition(ctx())
+	require.NoError(t, err)
+	require.Zero(t, head)
+	res := appendN(t, s, "", "s", "t", eventstore.NoStream, 3)
+	head, err = s.HeadPosition(ctx())
+	require.NoError(t, err)
+	require.Equal(t, res.Records[2].Position, head)
+}
+
+func testTenantIdentity(t *testing.T, s eventstore.Store) {
+	appendN(t, s, "acme", "acct-1", "acct", eventstore.NoStream, 2)
+	appendN(t, s, "globex", "acct-1", "acct", eventstore.NoStream, 1) // same ID, another tenant: another stream
+	a, err := s.ReadStream(ctx(), "acme", "acct-1", 0)
+	require.NoError(t, err)
+	g, err := s.ReadStream(ctx(), "globex", "acct-1", 0)
+	require.NoError(t, err)
+	require.Len(t, a, 2)
+	require.Len(t, g, 1)
+	for _, r := range a {
+		require.Equal(t, "acme", r.Tenant)
+	}
+	require.Equal(t, "globex", g[0].Tenant)
+	_, err = s.ReadStream(ctx(), "", "acct-1", 0)
+	require.ErrorIs(t, err, eventstore.ErrStreamNotFound, "the untenanted stream is a third stream")
+	_, err = s.Append(ctx(), eventstore.AppendRequest{Tenant: "globex", StreamID: "acct-1", Expected: 2,
+		Events: events(1, "x")})
+	requireConflict(t, err, "acct-1", 2, 1)
+}
+
+func testNoTenant(t *testing.T, s eventstore.Store) {
+	appendN(t, s, "", "s", "t", eventstore.NoStream, 1)
+	got, err := s.ReadStream(ctx(), stagehand.NoTenant, "s", 0)
+	require.NoError(t, err)
+	require.Equal(t, stagehand.NoTenant, got[0].Tenant, "no tenant is stored as the reserved value, never empty")
+	info, err := s.Stream(ctx(), "", "s")
+	require.NoError(t, err)
+	require.Equal(t, stagehand.NoTenant, info.Tenant)
+}
+
+func testRoundTrip(t *testing.T, s eventstore.Store) {
+	id := uuid.Must(uuid.NewV7())
+	at := time.Date(2026, 3, 4, 5, 6, 7, 123456789, time.FixedZone("X", 3600))
+	_, err := s.Append(ctx(), eventstore.AppendRequest{Tenant: "acme", StreamID: "o-1", StreamType: "order",
+		Expected: eventstore.NoStream, Events: []eventstore.EventData{{
+			EventID: id, Type: "order.placed", TypeVersion: 3, Payload: []byte(`{"total": 42, "items": ["a"]}`),
+			Metadata:   eventstore.Metadata{stagehand.HeaderCorrelationID: "corr-1", "user": "ann"},
+			OccurredAt: at,
+		}}})
+	require.NoError(t, err)
+	got, err := s.ReadStream(ctx(), "acme", "o-1", 0)
+	require.NoError(t, err)
+	require.Len(t, got, 1)
+	r := got[0]
+	require.Equal(t, id, r.EventID)
+	require.Equal(t, "order.placed", r.Type)
+	require.Equal(t, 3, r.TypeVersion)
+	require.Equal(t, "order", r.StreamType)
+	require.JSONEq(t, `{"total": 42, "items": ["a"]}`, string(r.Payload))
+	require.Equal(t, eventstore.Metadata{stagehand.HeaderCorrelationID: "corr-1", "user": "ann"}, r.Metadata)
+	require.True(t, at.Truncate(time.Microsecond).Equal(r.OccurredAt), "occurred-at %s != %s", r.OccurredAt, at)
+	require.Equal(t, time.UTC, r.OccurredAt.Location())
+	require.False(t, r.RecordedAt.IsZero())
+
+	logged := readAll(t, s, eventstore.LogQuery{})
+	require.Len(t, logged, 1)
+	require.Equal(t, r.Metadata, logged[0].Metadata)
+	require.Equal(t, r.Position, logged[0].Position)
+}
+
+func testSnapshots(t *testing.T, s eventstore.Store) {
+	_, err := s.LoadSnapshot(ctx(), "", "s")
+	require.ErrorIs(t, err, eventstore.ErrSnapshotNotFound)
+	require.NoError(t, s.SaveSnapshot(ctx(), eventstore.Snapshot{StreamID: "s", StreamType: "t", Version: 5,
+		SchemaVersion: 2, Payload: []byte("five")}))
+	require.NoError(t, s.SaveSnapshot(ctx(), eventstore.Snapshot{StreamID: "s", StreamType: "t", Version: 3,
+		SchemaVersion: 2, Payload: []byte("three")}))
+	snap, err := s.LoadSnapshot(ctx(), "", "s")
+	require.NoError(t, err)
+	require.Equal(t, int64(5), snap.Version, "an older snapshot never replaces a newer one")
+	require.Equal(t, 2, snap.SchemaVersion)
+	require.Equal(t, []byte("five"), snap.Payload)
+	require.NoError(t, s.SaveSnapshot(ctx(), eventstore.Snapshot{StreamID: "s", StreamType: "t", Version: 9,
+		SchemaVersion: 3, Payload: []byte("nine")}))
+	snap, err = s.LoadSnapshot(ctx(), "", "s")
+	require.NoError(t, err)
+	require.Equal(t, int64(9), snap.Version)
+	_, err = s.LoadSnapshot(ctx(), "other-tenant", "s")
+	require.ErrorIs(t, err, eventstore.ErrSnapshotNotFound)
+}
+
+func transactional(t *testing.T, s eventstore.Store) eventstore.TransactionalStore {
+	ts, ok := s.(eventstore.TransactionalStore)
+	if !ok {
+		t.Skipf("%T does not implement eventstore.TransactionalStore (transactional appends are PostgreSQL-only)", s)
+	}
+	return ts
+}
+
+func testStageErrorRollsBack(t *testing.T, s eventstore.Store) {
+	ts := transactional(t, s)
+	boom := errors.New("staging failed")
+	ran := false
+	_, err := ts.AppendWith(ctx(), eventstore.AppendRequest{StreamID: "s", Expected: eventstore.NoStream,
+		Events: events(2, "x")}, func(ctx context.Context, tx pgx.Tx, res eventstore.AppendResult) error {
+		ran = true
+		require.Len(t, res.Records, 2)
+		return boom
+	})
+	require.ErrorIs(t, err, boom)
+	require.True(t, ran)
+	_, err = s.ReadStream(ctx(), "", "s", 0)
+	require.ErrorIs(t, err, eventstore.ErrStreamNotFound, "a staging error must roll the append back")
+	head, err := s.HeadPosition(ctx())
+	require.NoError(t, err)
+	require.Zero(t, head)
+}
+
+func testConflictSkipsStage(t *testing.T, s eventstore.Store) {
+	ts := transactional(t, s)
+	appendN(t, s, "", "s", "t", eventstore.NoStream, 1)
+	ran := false
+	_, err := ts.AppendWith(ctx(), eventstore.AppendRequest{StreamID: "s", Expected: eventstore.NoStream,
+		Events: events(1, "x")}, func(context.Context, pgx.Tx, eventstore.AppendResult) error {
+		ran = true
+		return nil
+	})
+	requireConflict(t, err, "s", eventstore.NoStream, 1)
+	require.False(t, ran, "staging must not run when the version check fails")
+}
+
+func testAppendTx(t *testing.T, s eventstore.Store) {
+	ts := transactional(t, s)
+	tx, err := ts.Begin(ctx())
+	require.NoError(t, err)
+	_, err = ts.AppendTx(ctx(), tx, eventstore.AppendRequest{StreamID: "rolled", Expected: eventstore.NoStream,
+		Events: events(1, "x")})
+	require.NoError(t, err)
+	require.NoError(t, tx.Rollback(ctx()))
+	_, err = s.ReadStream(ctx(), "", "rolled", 0)
+	require.ErrorIs(t, err, eventstore.ErrStreamNotFound)
+
+	tx, err = ts.Begin(ctx())
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(ctx()) }()
+	_, err = ts.AppendTx(ctx(), tx, eventstore.AppendRequest{StreamID: "kept", Expected: eventstore.NoStream,
+		Events: events(2, "x")})
+	require.NoError(t, err)
+	// A conflict inside the caller's transaction leaves it usable.
+	_, err = ts.AppendTx(ctx(), tx, eventstore.AppendRequest{StreamID: "kept", Expected: eventstore.NoStream,
+		Events: events(1, "x")})
+	requireConflict(t, err, "kept", eventstore.NoStream, 2)
+	_, err = ts.AppendTx(ctx(), tx, eventstore.AppendRequest{StreamID: "kept", Expected: 2, Events: events(1, "x")})
+	require.NoError(t, err)
+	require.NoError(t, tx.Commit(ctx()))
+	got, err := s.ReadStream(ctx(), "", "kept", 0)
+	require.NoError(t, err)
+	require.Equal(t, []int64{1, 2, 3}, versions(got))
+}
+
+// testGapSafeOutOfOrder holds one append's transaction open while later ones commit, rolls another back, and has a
+// reader poll throughout: it must end with every committed event exactly once, in position order, and none of the
+// rolled-back ones.
+func testGapSafeOutOfOrder(t *testing.T, s eventstore.Store) {
+	ts := transactional(t, s)
+	appendN(t, s, "", "before", "t", eventstore.NoStream, 1)
+
+	begin := func() pgx.Tx {
+		tx, err := ts.Begin(ctx())
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = tx.Rollback(ctx()) })
+		return tx
+	}
+	appendTx := func(tx pgx.Tx, stream string, n int) eventstore.AppendResult {
+		res, err := ts.AppendTx(ctx(), tx, eventstore.AppendRequest{StreamID: stream, Expected: eventstore.NoStream,
+			Events: events(n, "x")})
+		require.NoError(t, err)
+		return res
+	}
+
+	held := begin()
+	heldRes := appendTx(held, "held", 2) // draws the lowest positions, commits last
+	aborted := begin()
+	abortedRes := appendTx(aborted, "aborted", 2)
+	appendN(t, s, "", "c1", "t", eventstore.NoStream, 1) // commits while the two above are open
+	require.NoError(t, aborted.Rollback(ctx()))
+	appendN(t, s, "", "c2", "t", eventstore.NoStream, 2)
+
+	var got []eventstore.Record
+	q := eventstore.LogQuery{Limit: 3}
+	poll := func() {
+		c, cancel := context.WithTimeout(ctx(), 5*time.Second)
+		defer cancel()
+		page, err := s.ReadLog(c, q)
+		require.NoError(t, err)
+		got = append(got, page.Records...)
+		q.After = page.Last
+	}
+	// While the held transaction is open, the reader must not pass its positions.
+	for range 5 {
+		poll()
+		for _, r := range got {
+			require.Less(t, r.Position, heldRes.Records[0].Position,
+				"the reader passed a position an open transaction can still commit")
+		}
+	}
+	commitDone := make(chan error, 1)
+	go func() {
+		time.Sleep(100 * time.Millisecond)
+		commitDone <- held.Commit(ctx())
+	}()
+	deadline := time.Now().Add(10 * time.Second)
+	for len(got) < 6 && time.Now().Before(deadline) {
+		poll()
+	}
+	require.NoError(t, <-commitDone)
+	poll()
+
+	var streams []string
+	seen := map[uuid.UUID]bool{}
+	for i, r := range got {
+		require.False(t, seen[r.EventID], "event read twice")
+		seen[r.EventID] = true
+		if i > 0 {
+			require.Greater(t, r.Position, got[i-1].Position)
+		}
+		streams = append(streams, r.StreamID)
+		for _, a := range abortedRes.Records {
+			require.NotEqual(t, a.Position, r.Position, "a rolled-back event was read")
+		}
+	}
+	sort.Strings(streams)
+	require.Equal(t, []string{"before", "c1", "c2", "c2", "held", "held"}, streams)
+}

@@ -1,0 +1,177 @@
+package eventstore
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+)
+
+// ReadLog implements Store with lock-aware gap detection (see PostgresStore).
+func (s *PostgresStore) ReadLog(ctx context.Context, q LogQuery) (LogPage, error) {
+	limit := q.limit()
+	deadline := time.Now().Add(s.cfg.MaxGapWait)
+	// Positions up to settled are final: anything missing at or below it can never commit.
+	settled := q.After
+	for {
+		page, err := s.readPage(ctx, q, limit)
+		if err != nil {
+			return LogPage{}, err
+		}
+		out, gap := cutAtGap(page, q.After, settled)
+		if gap == 0 {
+			return out, nil
+		}
+		// A position is missing below the highest one read. Whoever drew it did so before that highest row was
+		// written, holding a RowExclusiveLock on events from before the draw until its end. Wait for every current
+		// holder to end; then a re-read shows the missing position if it committed, and it is final if not.
+		holders, err := s.lockHolders(ctx)
+		if err != nil {
+			return LogPage{}, err
+		}
+		highest := page[len(page)-1].Position
+		if len(holders) > 0 {
+			ended, err := s.waitForEnd(ctx, holders, deadline)
+			if err != nil {
+				return LogPage{}, err
+			}
+			if !ended {
+				// Still in flight: hand out what is safe; the caller comes back for the rest.
+				return out, nil
+			}
+		}
+		settled = highest
+	}
+}
+
+// rowPos is a row of the log as read, before filtering.
+type rowPos struct {
+	Position int64
+	match    bool
+	rec      Record
+}
+
+func (s *PostgresStore) readPage(ctx context.Context, q LogQuery, limit int) ([]rowPos, error) {
+	// Filtered-out rows still come back (position only), so gaps are judged on every position and the payload
+	// of rows nobody asked for never crosses the wire.
+	match := `($3::text[] IS NULL OR event_type = ANY($3)) AND ($4::text[] IS NULL OR stream_type = ANY($4))
+		AND ($5::text[] IS NULL OR tenant_id = ANY($5))`
+	rows, err := s.pool.Query(ctx, `SELECT position, m, tenant_id, stream_id, stream_type, version, event_id,
+			event_type, event_version, CASE WHEN m THEN payload END, CASE WHEN m THEN metadata END, occurred_at,
+			recorded_at
+		FROM (SELECT e.*, (`+match+`) AS m FROM `+s.t.events+` e WHERE position > $1 ORDER BY position LIMIT $2) p
+		ORDER BY position`,
+		q.After, limit, nilIfEmpty(q.EventTypes), nilIfEmpty(q.StreamTypes), nilIfEmpty(q.Tenants))
+	if err != nil {
+		return nil, fmt.Errorf("eventstore: read log after %d: %w", q.After, err)
+	}
+	defer rows.Close()
+	var out []rowPos
+	for rows.Next() {
+		var rp rowPos
+		r := &rp.rec
+		var meta []byte
+		if err := rows.Scan(&r.Position, &rp.match, &r.Tenant, &r.StreamID, &r.StreamType, &r.Version, &r.EventID,
+			&r.Type, &r.TypeVersion, &r.Payload, &meta, &r.OccurredAt, &r.RecordedAt); err != nil {
+			return nil, fmt.Errorf("eventstore: read log after %d: %w", q.After, err)
+		}
+		if rp.match && len(meta) > 2 {
+			if err := json.Unmarshal(meta, &r.Metadata); err != nil {
+				return nil, fmt.Errorf("eventstore: decode metadata at position %d: %w", r.Position, err)
+			}
+		}
+		r.OccurredAt, r.RecordedAt = r.OccurredAt.UTC(), r.RecordedAt.UTC()
+		rp.Position = r.Position
+		out = append(out, rp)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("eventstore: read log after %d: %w", q.After, err)
+	}
+	return out, nil
+}
+
+// cutAtGap returns the page up to (excluding) the first unexplained gap, and the first missing position (0 when
+// there is none). Missing positions at or below settled are known to be final and are skipped.
+func cutAtGap(page []rowPos, after, settled int64) (LogPage, int64) {
+	out := LogPage{Last: after}
+	prev := after
+	for _, rp := range page {
+		if rp.Position > prev+1 && rp.Position-1 > settled {
+			return out, max(prev+1, settled+1)
+		}
+		if rp.match {
+			out.Records = append(out.Records, rp.rec)
+		}
+		out.Last = rp.Position
+		prev = rp.Position
+	}
+	return out, 0
+}
+
+// lockHolders returns the virtual transaction IDs holding (or waiting for) a RowExclusiveLock on the events table.
+func (s *PostgresStore) lockHolders(ctx context.Context) ([]string, error) {
+	oid, err := s.eventsOID(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var holders []string
+	err = s.pool.QueryRow(ctx, `SELECT coalesce(array_agg(DISTINCT virtualtransaction), '{}') FROM pg_locks
+		WHERE locktype = 'relation' AND relation = $1 AND mode = 'RowExclusiveLock'
+		AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`, oid).Scan(&holders)
+	if err != nil {
+		return nil, fmt.Errorf("eventstore: read lock holders: %w", err)
+	}
+	return holders, nil
+}
+
+// waitForEnd polls until none of holders still holds its lock on the events table, or the deadline passes.
+func (s *PostgresStore) waitForEnd(ctx context.Context, holders []string, deadline time.Time) (bool, error) {
+	oid, err := s.eventsOID(ctx)
+	if err != nil {
+		return false, err
+	}
+	pause := 500 * time.Microsecond
+	for {
+		var remaining int
+		err := s.pool.QueryRow(ctx, `SELECT count(*) FROM pg_locks WHERE locktype = 'relation' AND relation = $1
+			AND mode = 'RowExclusiveLock' AND virtualtransaction = ANY($2)
+			AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`, oid, holders).
+			Scan(&remaining)
+		if err != nil {
+			return false, fmt.Errorf("eventstore: wait for in-flight appends: %w", err)
+		}
+		if remaining == 0 {
+			return true, nil
+		}
+		if time.Now().After(deadline) {
+			return false, nil
+		}
+		select {
+		case <-ctx.Done():
+			return false, ctx.Err()
+		case <-time.After(pause):
+		}
+		if pause < 20*time.Millisecond {
+			pause *= 2
+		}
+	}
+}
+
+func (s *PostgresStore) eventsOID(ctx context.Context) (uint32, error) {
+	if oid := s.oid.Load(); oid != 0 {
+		return oid, nil
+	}
+	var oid uint32
+	if err := s.pool.QueryRow(ctx, `SELECT $1::regclass::oid`, s.t.events).Scan(&oid); err != nil {
+		return 0, fmt.Errorf("eventstore: look up %s (did you run stagehand.Migrate?): %w", s.t.events, err)
+	}
+	s.oid.Store(oid)
+	return oid, nil
+}
+
+func nilIfEmpty(s []string) []string {
+	if len(s) == 0 {
+		return nil
+	}
+	return s
+}

@@ -1,0 +1,227 @@
+package eventstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+)
+
+// ExpectedVersion is the optimistic-concurrency condition of an append: the exact version the stream must be at,
+// or one of AnyVersion, NoStream and StreamExists.
+type ExpectedVersion int64
+
+const (
+	// NoStream requires that the stream does not exist yet (version 0).
+	NoStream ExpectedVersion = 0
+	// AnyVersion appends whatever the stream's version is, creating it when needed.
+	AnyVersion ExpectedVersion = -1
+	// StreamExists requires that the stream exists, at any version.
+	StreamExists ExpectedVersion = -2
+)
+
+// String renders the condition for error messages.
+func (e ExpectedVersion) String() string {
+	switch e {
+	case AnyVersion:
+		return "any"
+	case NoStream:
+		return "no stream"
+	case StreamExists:
+		return "stream exists"
+	}
+	return fmt.Sprintf("%d", int64(e))
+}
+
+// Metadata is the string key/value metadata stored with each event.
+type Metadata map[string]string
+
+// EventData is an event to append: its payload is already encoded (JSON for the PostgreSQL store, which stores
+// payloads as jsonb).
+type EventData struct {
+	// EventID identifies the event; unique across the store. Zero means "generate a UUIDv7".
+	EventID uuid.UUID
+	// Type is the event's stable name (never a Go type name).
+	Type string
+	// TypeVersion is the schema version of the payload, used for upcasting on load. Zero means 1.
+	TypeVersion int
+	// Payload is the encoded event.
+	Payload []byte
+	// Metadata is stored with the event (correlation and causation IDs, user key/values).
+	Metadata Metadata
+	// OccurredAt is when the event happened. Zero means the store's clock at append time.
+	OccurredAt time.Time
+}
+
+// AppendRequest appends events to one stream.
+type AppendRequest struct {
+	// Tenant owns the stream; part of the stream's identity. Empty means stagehand.NoTenant.
+	Tenant string
+	// StreamID identifies the stream within the tenant (for aggregates, the aggregate ID).
+	StreamID string
+	// StreamType is the stable name of the stream's type (for aggregates, the aggregate type name).
+	StreamType string
+	// Expected is the optimistic-concurrency condition.
+	Expected ExpectedVersion
+	// Events are appended in order with versions current+1, current+2, ...
+	Events []EventData
+}
+
+// AppendResult describes a successful append.
+type AppendResult struct {
+	// Records are the stored events, with their versions and global positions.
+	Records []Record
+	// Version is the stream's version after the append.
+	Version int64
+}
+
+// Record is a stored event.
+type Record struct {
+	Position    int64
+	Tenant      string
+	StreamID    string
+	StreamType  string
+	Version     int64
+	EventID     uuid.UUID
+	Type        string
+	TypeVersion int
+	Payload     []byte
+	Metadata    Metadata
+	OccurredAt  time.Time
+	RecordedAt  time.Time
+}
+
+// LogQuery selects a page of the global log.
+type LogQuery struct {
+	// After is the position to read after (exclusive). 0 reads from the start.
+	After int64
+	// Limit is the most positions examined in one page. Default 1000.
+	Limit int
+	// EventTypes, when not empty, keeps only events of these types.
+	EventTypes []string
+	// StreamTypes, when not empty, keeps only events of streams of these types.
+	StreamTypes []string
+	// Tenants, when not empty, keeps only events of these tenants.
+	Tenants []string
+}
+
+// LogPage is a page of the global log.
+type LogPage struct {
+	// Records are the events in the page that match the query's filters, in position order.
+	Records []Record
+	// Last is the position a reader has safely passed: every committed event up to Last is either in Records or
+	// filtered out, and no event with a position up to Last can still commit. Continue with After = Last.
+	// Last equals the query's After when nothing new could be read safely.
+	Last int64
+}
+
+// Snapshot is the saved state of a stream at a version.
+type Snapshot struct {
+	Tenant     string
+	StreamID   string
+	StreamType string
+	// Version is the stream version the state reflects.
+	Version int64
+	// SchemaVersion is the version of the snapshot's encoding; a reader that expects another version ignores it.
+	SchemaVersion int
+	Payload       []byte
+	CreatedAt     time.Time
+}
+
+// StreamInfo describes a stream.
+type StreamInfo struct {
+	Tenant     string
+	StreamID   string
+	StreamType string
+	Version    int64
+	CreatedAt  time.Time
+	UpdatedAt  time.Time
+}
+
+// Store is an event store. Implementations must pass the conformance suite in eventstoretest.
+type Store interface {
+	// Append appends events to a stream if its version satisfies req.Expected, atomically: all or none.
+	// A failed condition returns an error that errors.Is ErrConcurrencyConflict and appends nothing.
+	Append(ctx context.Context, req AppendRequest) (AppendResult, error)
+	// ReadStream returns the events of a stream with version >= fromVersion, in version order. A stream that does
+	// not exist returns ErrStreamNotFound.
+	ReadStream(ctx context.Context, tenant, streamID string, fromVersion int64) ([]Record, error)
+	// ReadLog returns the next page of the global log after q.After. It never skips an event that commits later:
+	// it stops before a position that an in-flight transaction may still commit.
+	ReadLog(ctx context.Context, q LogQuery) (LogPage, error)
+	// HeadPosition returns the highest committed position (0 for an empty store).
+	HeadPosition(ctx context.Context) (int64, error)
+	// Stream describes a stream, or returns ErrStreamNotFound.
+	Stream(ctx context.Context, tenant, streamID string) (StreamInfo, error)
+	// SaveSnapshot stores s unless a snapshot at a higher version is already stored.
+	SaveSnapshot(ctx context.Context, s Snapshot) error
+	// LoadSnapshot returns the latest snapshot of a stream, or ErrSnapshotNotFound.
+	LoadSnapshot(ctx context.Context, tenant, streamID string) (Snapshot, error)
+}
+
+// StageFunc runs inside an append's transaction after the version check and the insert; returning an error rolls
+// the whole append back.
+type StageFunc func(ctx context.Context, tx pgx.Tx, res AppendResult) error
+
+// TransactionalStore is a Store whose appends can share a PostgreSQL transaction with other writes (outbox rows,
+// read models). The PostgreSQL store implements it; the in-memory store does not.
+type TransactionalStore interface {
+	Store
+	// Begin starts a transaction on the store's database, for use with AppendTx.
+	Begin(ctx context.Context) (pgx.Tx, error)
+	// AppendTx appends on the caller's transaction. The caller commits or rolls back. A version conflict leaves
+	// the transaction usable.
+	AppendTx(ctx context.Context, tx pgx.Tx, req AppendRequest) (AppendResult, error)
+	// AppendWith opens a transaction, appends, runs stage on that transaction (only when the version check
+	// passed), and commits. A conflict or an error from stage rolls everything back.
+	AppendWith(ctx context.Context, req AppendRequest, stage StageFunc) (AppendResult, error)
+}
+
+// Errors returned by stores. Compare with errors.Is.
+var (
+	// ErrConcurrencyConflict: the stream's version did not satisfy the expected version. Nothing was appended.
+	ErrConcurrencyConflict = errors.New("eventstore: concurrency conflict")
+	// ErrStreamNotFound: the stream does not exist.
+	ErrStreamNotFound = errors.New("eventstore: stream not found")
+	// ErrSnapshotNotFound: the stream has no snapshot.
+	ErrSnapshotNotFound = errors.New("eventstore: snapshot not found")
+	// ErrDuplicateEventID: an event ID in the append is already stored. Nothing was appended.
+	ErrDuplicateEventID = errors.New("eventstore: duplicate event id")
+	// ErrInvalidAppend: the request is malformed (empty stream ID, no events, bad expected version).
+	ErrInvalidAppend = errors.New("eventstore: invalid append")
+	// ErrInvalidConfig: a store was constructed with invalid configuration.
+	ErrInvalidConfig = errors.New("eventstore: invalid configuration")
+)
+
+// ConflictError is the error of a failed optimistic-concurrency check. It matches ErrConcurrencyConflict.
+type ConflictError struct {
+	Tenant   string
+	StreamID string
+	Expected ExpectedVersion
+	// Actual is the stream's version when the conflict was detected (0 when it does not exist).
+	Actual int64
+}
+
+func (e *ConflictError) Error() string {
+	return fmt.Sprintf("eventstore: concurrency conflict on stream %q (tenant %q): expected version %s, actual %d",
+		e.StreamID, e.Tenant, e.Expected, e.Actual)
+}
+
+// Is makes errors.Is(err, ErrConcurrencyConflict) true.
+func (e *ConflictError) Is(target error) bool { return target == ErrConcurrencyConflict }
+
+// ConfigError names an invalid configuration field. It matches ErrInvalidConfig.
+type ConfigError struct {
+	Field  string
+	Reason string
+}
+
+func (e *ConfigError) Error() string {
+	return fmt.Sprintf("eventstore: invalid configuration: %s %s", e.Field, e.Reason)
+}
+
+// Is makes errors.Is(err, ErrInvalidConfig) true.
+func (e *ConfigError) Is(target error) bool { return target == ErrInvalidConfig }
