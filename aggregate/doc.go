@@ -1,0 +1,19 @@
+// Package aggregate models event-sourced aggregates and stores them through an eventstore.Store.
+//
+// An aggregate is a Go type that embeds Root and implements Apply. Command methods check invariants and call Raise
+// with a domain event; Raise records the event and applies it. A Repository loads an aggregate by replaying its
+// stream (from its latest snapshot when enabled) and saves its changes with optimistic concurrency: a concurrent
+// writer makes Save fail with an error matching eventstore.ErrConcurrencyConflict and nothing is stored.
+//
+// Everything stored is named by stable names held in a Registry (a value, never a global): renaming a Go type never
+// makes history unreadable, and upcasters turn old versions of an event into the current type on load.
+//
+// Per-event metadata (event ID as UUIDv7, occurred-at in UTC, correlation and causation IDs, tenant and user
+// key/values) comes from the context.Context given to Save: see stagehand.WithTenant, stagehand.WithCorrelationID,
+// stagehand.WithCausationID and stagehand.WithMetadata, and WithEventMetadata for a single event.
+//
+// A repository takes an optional Stager (package staging implements it) that stages integration messages derived
+// from the saved events in the outbox, with one of four strategies.
+//
+// Package aggregatetest has given/when/then helpers to test an aggregate's decisions without a database.
+package aggregate

@@ -1,0 +1,76 @@
+package aggregate
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/stagehand-es/stagehand/eventstore"
+)
+
+// Errors of the aggregate package. Compare with errors.Is.
+var (
+	// ErrNotFound: the aggregate has no stored events. It also matches eventstore.ErrStreamNotFound.
+	ErrNotFound = errors.New("aggregate: not found")
+	// ErrUnknownEvent: a stored event's type is not registered (and no upcaster handles it).
+	ErrUnknownEvent = errors.New("aggregate: unknown event type")
+	// ErrDecode: a stored event's payload could not be decoded or upcast.
+	ErrDecode = errors.New("aggregate: cannot decode event")
+	// ErrUnregisteredEvent: a raised event's Go type is not registered.
+	ErrUnregisteredEvent = errors.New("aggregate: event type not registered")
+	// ErrRegistration: a registration was invalid (empty or duplicate name, bad version).
+	ErrRegistration = errors.New("aggregate: invalid registration")
+	// ErrInvalidConfig: a repository was constructed with invalid configuration.
+	ErrInvalidConfig = errors.New("aggregate: invalid configuration")
+	// ErrNotTransactional: SaveTx was called on a repository whose store cannot append on a caller's transaction.
+	ErrNotTransactional = errors.New("aggregate: the event store does not support transactional appends")
+	// ErrTenantMismatch: an aggregate loaded under one tenant was saved under another.
+	ErrTenantMismatch = errors.New("aggregate: tenant mismatch")
+	// ErrWrongType: the stream exists but belongs to another aggregate type.
+	ErrWrongType = errors.New("aggregate: stream belongs to another aggregate type")
+)
+
+// UnknownEventError reports a stored event whose type the registry does not know. It matches ErrUnknownEvent.
+type UnknownEventError struct {
+	Record eventstore.Record
+}
+
+func (e *UnknownEventError) Error() string {
+	return fmt.Sprintf("aggregate: unknown event type %q (version %d) at version %d of stream %q (tenant %q, "+
+		"position %d): register it with aggregate.RegisterEvent or an upcaster", e.Record.Type,
+		e.Record.TypeVersion, e.Record.Version, e.Record.StreamID, e.Record.Tenant, e.Record.Position)
+}
+
+// Is matches ErrUnknownEvent.
+func (e *UnknownEventError) Is(target error) bool { return target == ErrUnknownEvent }
+
+// DecodeError reports a stored event that could not be decoded or upcast. It matches ErrDecode and unwraps to the
+// codec's or upcaster's error.
+type DecodeError struct {
+	Record eventstore.Record
+	Err    error
+}
+
+func (e *DecodeError) Error() string {
+	return fmt.Sprintf("aggregate: cannot decode event %q (version %d) at version %d of stream %q (tenant %q, "+
+		"position %d): %v", e.Record.Type, e.Record.TypeVersion, e.Record.Version, e.Record.StreamID,
+		e.Record.Tenant, e.Record.Position, e.Err)
+}
+
+// Is matches ErrDecode.
+func (e *DecodeError) Is(target error) bool { return target == ErrDecode }
+
+// Unwrap returns the underlying error.
+func (e *DecodeError) Unwrap() error { return e.Err }
+
+// ConfigError names an invalid configuration field. It matches ErrInvalidConfig.
+type ConfigError struct {
+	Field  string
+	Reason string
+}
+
+func (e *ConfigError) Error() string {
+	return fmt.Sprintf("aggregate: invalid configuration: %s %s", e.Field, e.Reason)
+}
+
+// Is matches ErrInvalidConfig.
+func (e *ConfigError) Is(target error) bool { return target == ErrInvalidConfig }

@@ -1,0 +1,360 @@
+package aggregate
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"math/rand/v2"
+	"reflect"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/stagehand-es/stagehand"
+	"github.com/stagehand-es/stagehand/eventstore"
+)
+
+// Batch is what a repository hands a Stager on save: the append request and the domain events it encodes.
+type Batch struct {
+	// Request is the append, ready for the store.
+	Request eventstore.AppendRequest
+	// Events are the raised domain event values, aligned with Request.Events.
+	Events []any
+}
+
+// Stager combines a repository's appends with staging integration messages (package staging implements it). A
+// repository without a Stager only appends.
+type Stager interface {
+	// Append appends batch to store and stages the messages derived from it, as the stager's strategy decides.
+	Append(ctx context.Context, store eventstore.Store, batch Batch) (eventstore.AppendResult, error)
+	// AppendTx appends batch on the caller's transaction. The repository never sees the commit, so a strategy that
+	// stages after commit leaves staging to its background worker.
+	AppendTx(ctx context.Context, tx pgx.Tx, store eventstore.TransactionalStore, batch Batch) (
+		eventstore.AppendResult, error)
+}
+
+// Snapshotter is implemented by aggregates whose state can be snapshotted. The repository stores the bytes with a
+// schema version; a snapshot of another schema version is ignored on load (full replay instead).
+type Snapshotter interface {
+	MarshalSnapshot() ([]byte, error)
+	UnmarshalSnapshot(data []byte) error
+}
+
+// RepositoryConfig configures a Repository. A nil *RepositoryConfig uses the defaults.
+type RepositoryConfig struct {
+	// Stager stages integration messages on save. Default nil: events are appended, nothing is staged.
+	Stager Stager
+	// SnapshotEvery takes a snapshot after a save that crosses a multiple of this many events, when the
+	// aggregate implements Snapshotter. Default 0: no snapshots. Must not be negative.
+	SnapshotEvery int
+	// SnapshotSchemaVersion is the version of the aggregate's snapshot encoding; bump it when the state's shape
+	// changes so stale snapshots are ignored. Default 1.
+	SnapshotSchemaVersion int
+	// UpdateRetries is how many times Update retries after a concurrency conflict (so 3 means up to 4 attempts).
+	// Default 3; -1 means no retries.
+	UpdateRetries int
+	// Clock stamps each event's occurred-at. Default time.Now.
+	Clock func() time.Time
+	// Logger receives diagnostics (a failed snapshot write, for instance). Default: silent.
+	Logger *slog.Logger
+}
+
+// Repository loads and saves aggregates of type A. It is safe for concurrent use.
+type Repository[A Aggregate] struct {
+	store  eventstore.Store
+	reg    *Registry
+	typ    *aggregateType
+	cfg    RepositoryConfig
+	logger *slog.Logger
+}
+
+// NewRepository returns a repository for aggregate type A, which must be registered in reg. Invalid configuration
+// or registry errors fail here, naming the field or the registration.
+func NewRepository[A Aggregate](store eventstore.Store, reg *Registry, cfg *RepositoryConfig) (*Repository[A], error) {
+	var c RepositoryConfig
+	if cfg != nil {
+		c = *cfg
+	}
+	switch {
+	case store == nil:
+		return nil, &ConfigError{Field: "store", Reason: "must not be nil"}
+	case reg == nil:
+		return nil, &ConfigError{Field: "registry", Reason: "must not be nil"}
+	case c.SnapshotEvery < 0:
+		return nil, &ConfigError{Field: "SnapshotEvery", Reason: fmt.Sprintf("must not be negative, got %d",
+			c.SnapshotEvery)}
+	case c.SnapshotSchemaVersion < 0:
+		return nil, &ConfigError{Field: "SnapshotSchemaVersion", Reason: fmt.Sprintf(
+			"must not be negative, got %d", c.SnapshotSchemaVersion)}
+	case c.UpdateRetries < -1:
+		return nil, &ConfigError{Field: "UpdateRetries", Reason: fmt.Sprintf("must be -1 (no retries) or more, "+
+			"got %d", c.UpdateRetries)}
+	}
+	switch c.UpdateRetries {
+	case 0:
+		c.UpdateRetries = 3
+	case -1:
+		c.UpdateRetries = 0
+	}
+	if err := reg.Err(); err != nil {
+		return nil, fmt.Errorf("aggregate: registry: %w", err)
+	}
+	typ, err := reg.aggregate(reflect.TypeFor[A]())
+	if err != nil {
+		return nil, err
+	}
+	if c.SnapshotSchemaVersion == 0 {
+		c.SnapshotSchemaVersion = 1
+	}
+	if c.Clock == nil {
+		c.Clock = time.Now
+	}
+	logger := c.Logger
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	return &Repository[A]{store: store, reg: reg, typ: typ, cfg: c, logger: logger}, nil
+}
+
+// TypeName returns the stable name of the repository's aggregate type (its streams' type).
+func (r *Repository[A]) TypeName() string { return r.typ.name }
+
+// Store returns the event store the repository appends to.
+func (r *Repository[A]) Store() eventstore.Store { return r.store }
+
+// Registry returns the repository's registry.
+func (r *Repository[A]) Registry() *Registry { return r.reg }
+
+// New returns a new aggregate with the given ID, built by the registered constructor. Nothing is stored until
+// Save.
+func (r *Repository[A]) New(id string) A {
+	a := r.typ.new(id).(A)
+	a.base().id = id
+	return a
+}
+
+// Load rebuilds the aggregate from its latest snapshot (when enabled) and the events after it, for the tenant in
+// ctx. A stream with no events returns an error matching ErrNotFound.
+func (r *Repository[A]) Load(ctx context.Context, id string) (A, error) {
+	tenant := stagehand.TenantFrom(ctx)
+	a := r.New(id)
+	b := a.base()
+	b.tenant = tenant
+	from := int64(1)
+	if s, ok := any(a).(Snapshotter); ok && r.cfg.SnapshotEvery > 0 {
+		snap, err := r.store.LoadSnapshot(ctx, tenant, id)
+		switch {
+		case err == nil && snap.SchemaVersion == r.cfg.SnapshotSchemaVersion && snap.StreamType == r.typ.name:
+			if err := s.UnmarshalSnapshot(snap.Payload); err != nil {
+				r.logger.WarnContext(ctx, "stagehand: ignoring undecodable snapshot; replaying the stream",
+					"aggregate", r.typ.name, "id", id, "version", snap.Version, "error", err)
+				a = r.New(id)
+				b = a.base()
+				b.tenant = tenant
+			} else {
+				b.version, b.persisted = snap.Version, snap.Version
+				from = snap.Version + 1
+			}
+		case err != nil && !errors.Is(err, eventstore.ErrSnapshotNotFound):
+			var zero A
+			return zero, fmt.Errorf("aggregate: load snapshot of %s %q: %w", r.typ.name, id, err)
+		}
+	}
+	records, err := r.store.ReadStream(ctx, tenant, id, from)
+	if errors.Is(err, eventstore.ErrStreamNotFound) {
+		var zero A
+		return zero, fmt.Errorf("%w: %s %q (tenant %q) (%w)", ErrNotFound, r.typ.name, id, tenant,
+			eventstore.ErrStreamNotFound)
+	}
+	if err != nil {
+		var zero A
+		return zero, fmt.Errorf("aggregate: load %s %q: %w", r.typ.name, id, err)
+	}
+	for _, rec := range records {
+		if rec.StreamType != r.typ.name {
+			var zero A
+			return zero, fmt.Errorf("%w: stream %q is a %q, not a %q", ErrWrongType, id, rec.StreamType, r.typ.name)
+		}
+		ev, err := r.reg.Decode(rec)
+		if err != nil {
+			var zero A
+			return zero, err
+		}
+		Replay(a, ev)
+		if b.persisted != rec.Version {
+			var zero A
+			return zero, fmt.Errorf("aggregate: stream %q of %s has version %d where %d was expected", id,
+				r.typ.name, rec.Version, b.persisted)
+		}
+	}
+	return a, nil
+}
+
+// Save appends the aggregate's changes (through the Stager when configured) with its stored version as the
+// expected version, for the tenant in ctx. A concurrent change returns an error matching
+// eventstore.ErrConcurrencyConflict and stores nothing; reload and retry (or use Update). Saving an aggregate
+// without changes does nothing.
+func (r *Repository[A]) Save(ctx context.Context, a A) error {
+	batch, err := r.batch(ctx, a)
+	if err != nil || batch == nil {
+		return err
+	}
+	var res eventstore.AppendResult
+	if r.cfg.Stager != nil {
+		res, err = r.cfg.Stager.Append(ctx, r.store, *batch)
+	} else {
+		res, err = r.store.Append(ctx, batch.Request)
+	}
+	if err != nil {
+		return r.saveError(a, err)
+	}
+	r.saved(ctx, a, res)
+	return nil
+}
+
+// SaveTx is Save on the caller's transaction: the caller commits or rolls back. The store must be an
+// eventstore.TransactionalStore. Under the Transactional strategy messages are staged on tx; strategies that stage
+// after commit leave it to their background worker (the repository never sees the commit). If the caller rolls
+// back, reload the aggregate before using it again.
+func (r *Repository[A]) SaveTx(ctx context.Context, tx pgx.Tx, a A) error {
+	ts, ok := r.store.(eventstore.TransactionalStore)
+	if !ok {
+		return fmt.Errorf("%w: %T", ErrNotTransactional, r.store)
+	}
+	batch, err := r.batch(ctx, a)
+	if err != nil || batch == nil {
+		return err
+	}
+	var res eventstore.AppendResult
+	if r.cfg.Stager != nil {
+		res, err = r.cfg.Stager.AppendTx(ctx, tx, ts, *batch)
+	} else {
+		res, err = ts.AppendTx(ctx, tx, batch.Request)
+	}
+	if err != nil {
+		return r.saveError(a, err)
+	}
+	r.saved(ctx, a, res)
+	return nil
+}
+
+// Update loads the aggregate, runs fn on it and saves it, retrying the whole sequence after a concurrency conflict
+// up to UpdateRetries times. An error from fn is returned as is and nothing is saved.
+func (r *Repository[A]) Update(ctx context.Context, id string, fn func(A) error) (A, error) {
+	for attempt := 0; ; attempt++ {
+		a, err := r.Load(ctx, id)
+		if err != nil {
+			return a, err
+		}
+		if err := fn(a); err != nil {
+			return a, err
+		}
+		err = r.Save(ctx, a)
+		if err == nil {
+			return a, nil
+		}
+		if !errors.Is(err, eventstore.ErrConcurrencyConflict) || attempt >= r.cfg.UpdateRetries {
+			if attempt > 0 {
+				err = fmt.Errorf("aggregate: update of %s %q gave up after %d attempts: %w", r.typ.name, id,
+					attempt+1, err)
+			}
+			return a, err
+		}
+		// Back off a little, with jitter, so retrying writers spread out.
+		pause := time.Duration(rand.Int64N(int64(time.Millisecond)*int64(attempt+1))) + 100*time.Microsecond
+		select {
+		case <-ctx.Done():
+			return a, ctx.Err()
+		case <-time.After(pause):
+		}
+	}
+}
+
+// Create builds a new aggregate with New, runs fn on it and saves it (expecting no stream). If the stream already
+// exists the error matches eventstore.ErrConcurrencyConflict.
+func (r *Repository[A]) Create(ctx context.Context, id string, fn func(A) error) (A, error) {
+	a := r.New(id)
+	if err := fn(a); err != nil {
+		return a, err
+	}
+	return a, r.Save(ctx, a)
+}
+
+func (r *Repository[A]) batch(ctx context.Context, a A) (*Batch, error) {
+	b := a.base()
+	if len(b.pending) == 0 {
+		return nil, nil
+	}
+	if b.id == "" {
+		return nil, fmt.Errorf("aggregate: cannot save a %s without an ID", r.typ.name)
+	}
+	tenant := stagehand.TenantFrom(ctx)
+	if b.tenant != "" && b.tenant != tenant {
+		return nil, fmt.Errorf("%w: %s %q was loaded for tenant %q and saved for tenant %q", ErrTenantMismatch,
+			r.typ.name, b.id, b.tenant, tenant)
+	}
+	base := eventstore.Metadata{}
+	if id := stagehand.CorrelationIDFrom(ctx); id != "" {
+		base[stagehand.HeaderCorrelationID] = id
+	}
+	if id := stagehand.CausationIDFrom(ctx); id != "" {
+		base[stagehand.HeaderCausationID] = id
+	}
+	maps.Copy(base, stagehand.MetadataFrom(ctx))
+	now := r.cfg.Clock()
+	req := eventstore.AppendRequest{
+		Tenant:     tenant,
+		StreamID:   b.id,
+		StreamType: r.typ.name,
+		Expected:   eventstore.ExpectedVersion(b.persisted),
+		Events:     make([]eventstore.EventData, len(b.pending)),
+	}
+	events := make([]any, len(b.pending))
+	for i, p := range b.pending {
+		name, version, payload, err := r.reg.Encode(p.event)
+		if err != nil {
+			return nil, err
+		}
+		id, err := uuid.NewV7()
+		if err != nil {
+			return nil, fmt.Errorf("aggregate: event id: %w", err)
+		}
+		meta := maps.Clone(base)
+		maps.Copy(meta, b.pendingMetadata(i))
+		if len(meta) == 0 {
+			meta = nil
+		}
+		req.Events[i] = eventstore.EventData{EventID: id, Type: name, TypeVersion: version, Payload: payload,
+			Metadata: meta, OccurredAt: now}
+		events[i] = p.event
+	}
+	return &Batch{Request: req, Events: events}, nil
+}
+
+func (r *Repository[A]) saveError(a A, err error) error {
+	return fmt.Errorf("aggregate: save %s %q: %w", r.typ.name, a.base().id, err)
+}
+
+func (r *Repository[A]) saved(ctx context.Context, a A, res eventstore.AppendResult) {
+	b := a.base()
+	old := b.persisted
+	b.tenant = stagehand.TenantFrom(ctx)
+	b.markSaved(res.Version)
+	n := int64(r.cfg.SnapshotEvery)
+	s, ok := any(a).(Snapshotter)
+	if !ok || n <= 0 || old/n == res.Version/n {
+		return
+	}
+	data, err := s.MarshalSnapshot()
+	if err == nil {
+		err = r.store.SaveSnapshot(ctx, eventstore.Snapshot{Tenant: b.tenant, StreamID: b.id,
+			StreamType: r.typ.name, Version: res.Version, SchemaVersion: r.cfg.SnapshotSchemaVersion, Payload: data})
+	}
+	if err != nil { // the save itself succeeded; a missing snapshot only costs a longer replay
+		r.logger.WarnContext(ctx, "stagehand: snapshot not stored", "aggregate", r.typ.name, "id", b.id,
+			"version", res.Version, "error", err)
+	}
+}
