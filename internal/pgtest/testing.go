@@ -22,23 +22,44 @@ import (
 // EnvURL is the environment variable naming an existing server to test against.
 const EnvURL = "DATABASE_URL"
 
-var shared struct {
+// lazyServer is a cluster started on first use and stopped by Main.
+type lazyServer struct {
 	mu     sync.Mutex
 	server *Server
 	url    string
 	err    error
 }
 
+func (l *lazyServer) get(ctx context.Context, opts Options) (string, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.url == "" && l.err == nil {
+		srv, err := Start(ctx, opts)
+		l.server, l.err = srv, err
+		if err == nil {
+			l.url = srv.URL()
+		}
+	}
+	return l.url, l.err
+}
+
+func (l *lazyServer) stop() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.server != nil {
+		_ = l.server.Stop()
+	}
+}
+
+var shared, durable lazyServer
+
 // Main runs the tests of a package and stops the shared throwaway cluster afterwards. Use it from TestMain:
 //
 //	func TestMain(m *testing.M) { pgtest.Main(m) }
 func Main(m *testing.M) {
 	code := m.Run()
-	shared.mu.Lock()
-	if shared.server != nil {
-		_ = shared.server.Stop()
-	}
-	shared.mu.Unlock()
+	shared.stop()
+	durable.stop()
 	os.Exit(code)
 }
 
@@ -58,18 +79,33 @@ func SharedURL(ctx context.Context) (string, error) {
 	if url := os.Getenv(EnvURL); url != "" {
 		return url, nil
 	}
-	shared.mu.Lock()
-	defer shared.mu.Unlock()
-	if shared.url != "" || shared.err != nil {
-		return shared.url, shared.err
+	return shared.get(ctx, Options{})
+}
+
+// DurableURL is URL for benchmarks: DATABASE_URL when set, else a throwaway cluster with fsync,
+// synchronous_commit and full_page_writes on (as in production), started once per process.
+func DurableURL(tb testing.TB) string {
+	tb.Helper()
+	if url := os.Getenv(EnvURL); url != "" {
+		return url
 	}
-	srv, err := Start(ctx, Options{})
+	url, err := durable.get(context.Background(), Options{Durable: true})
 	if err != nil {
-		shared.err = err
-		return "", err
+		tb.Fatalf("%v", err)
 	}
-	shared.server, shared.url = srv, srv.URL()
-	return shared.url, nil
+	return url
+}
+
+// MigratedOn is Migrated on the server at url (for example DurableURL).
+func MigratedOn(tb testing.TB, url string) (*pgxpool.Pool, string) {
+	tb.Helper()
+	pool := PoolFor(tb, url)
+	schema := NewSchemaName(tb)
+	if _, err := migrate.Up(context.Background(), pool, schema, nil); err != nil {
+		tb.Fatalf("pgtest: migrate %s: %v", schema, err)
+	}
+	tb.Cleanup(func() { DropSchema(tb, pool, schema) })
+	return pool, schema
 }
 
 // Pool opens a pool on the test server and closes it when the test ends.
