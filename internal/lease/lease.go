@@ -1,0 +1,275 @@
+package lease
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/stagehand-es/stagehand"
+)
+
+// DB is what the lease queries need; *pgxpool.Pool, *pgx.Conn and pgx.Tx satisfy it.
+type DB interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}
+
+// Config configures a Manager. A nil *Config uses the defaults.
+type Config struct {
+	// Schema holding the leases table (created by stagehand.Migrate). Default "stagehand".
+	Schema string
+	// Owner identifies this holder in the leases table. Default: host name, process ID and a random suffix, so
+	// two Managers in one process are two owners.
+	Owner string
+	// TTL is how long a lease lasts without renewal, measured on the database clock. Default 15s. Minimum 100ms.
+	TTL time.Duration
+	// RenewInterval is how often the holder renews. Default TTL/3. Must be less than TTL.
+	RenewInterval time.Duration
+	// AcquireInterval is how often a contender retries a lease held by someone else. Default 1s.
+	AcquireInterval time.Duration
+	// Logger receives diagnostics. Default: silent.
+	Logger *slog.Logger
+}
+
+// ConfigError names an invalid configuration field. It matches ErrInvalidConfig.
+type ConfigError struct {
+	Field  string
+	Reason string
+}
+
+func (e *ConfigError) Error() string {
+	return "lease: invalid configuration: " + e.Field + " " + e.Reason
+}
+
+// Is matches ErrInvalidConfig.
+func (e *ConfigError) Is(target error) bool { return target == ErrInvalidConfig }
+
+// Errors of the lease package. Compare with errors.Is.
+var (
+	// ErrInvalidConfig: a Manager was configured with an invalid value.
+	ErrInvalidConfig = errors.New("lease: invalid configuration")
+	// ErrLost: the lease is no longer held by this holder (it expired and was taken, or was released).
+	ErrLost = errors.New("lease: lost")
+	// ErrFenced: a fenced write was attempted with a token that no longer holds the lease.
+	ErrFenced = errors.New("lease: fenced out")
+)
+
+// FencedError reports a write refused because the lease moved on. It matches ErrFenced and ErrLost.
+type FencedError struct {
+	Name string
+	// Token is the writer's token; Current the lease's token now (0 when the lease row is gone).
+	Token, Current int64
+	// Owner is the writer; CurrentOwner the lease's owner now.
+	Owner, CurrentOwner string
+}
+
+func (e *FencedError) Error() string {
+	return fmt.Sprintf("lease: write fenced out: lease %q is held by %q with token %d, writer %q has token %d",
+		e.Name, e.CurrentOwner, e.Current, e.Owner, e.Token)
+}
+
+// Is matches ErrFenced and ErrLost.
+func (e *FencedError) Is(target error) bool { return target == ErrFenced || target == ErrLost }
+
+func (c *Config) withDefaults() (Config, error) {
+	var cfg Config
+	if c != nil {
+		cfg = *c
+	}
+	if cfg.Schema == "" {
+		cfg.Schema = stagehand.DefaultSchema
+	}
+	if strings.TrimSpace(cfg.Schema) == "" {
+		return cfg, &ConfigError{Field: "Schema", Reason: "must not be blank"}
+	}
+	if cfg.Owner == "" {
+		cfg.Owner = DefaultOwner()
+	}
+	switch {
+	case cfg.TTL == 0:
+		cfg.TTL = 15 * time.Second
+	case cfg.TTL < 100*time.Millisecond:
+		return cfg, &ConfigError{Field: "TTL", Reason: "must be at least 100ms"}
+	}
+	switch {
+	case cfg.RenewInterval == 0:
+		cfg.RenewInterval = cfg.TTL / 3
+	case cfg.RenewInterval < 0 || cfg.RenewInterval >= cfg.TTL:
+		return cfg, &ConfigError{Field: "RenewInterval", Reason: "must be positive and less than TTL"}
+	}
+	switch {
+	case cfg.AcquireInterval == 0:
+		cfg.AcquireInterval = time.Second
+	case cfg.AcquireInterval < 0:
+		return cfg, &ConfigError{Field: "AcquireInterval", Reason: "must not be negative"}
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	return cfg, nil
+}
+
+// DefaultOwner returns "host/pid/random": unique per call, readable in the leases table.
+func DefaultOwner() string {
+	host, _ := os.Hostname()
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	return fmt.Sprintf("%s/%d/%s", host, os.Getpid(), hex.EncodeToString(b[:]))
+}
+
+// Lease is a held lease: the proof a holder passes to Renew, Release and CheckTx.
+type Lease struct {
+	Name  string
+	Owner string
+	// Token is the fencing token: it increases by one every time the lease changes hands.
+	Token int64
+	// ExpiresAt is the expiry on the database clock as of the last acquisition or renewal.
+	ExpiresAt time.Time
+}
+
+// Manager acquires, renews and releases leases in one schema for one owner. It holds no goroutines of its own;
+// Run starts (and always stops) a renewer per lease it holds.
+type Manager struct {
+	db    DB
+	cfg   Config
+	table string
+}
+
+// New returns a Manager on db (usually a *pgxpool.Pool). It does not create tables: run stagehand.Migrate first.
+func New(db DB, cfg *Config) (*Manager, error) {
+	if db == nil {
+		return nil, &ConfigError{Field: "db", Reason: "must not be nil"}
+	}
+	c, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	return &Manager{db: db, cfg: c, table: pgx.Identifier{c.Schema, "leases"}.Sanitize()}, nil
+}
+
+// Owner returns the owner name this Manager acquires leases as.
+func (m *Manager) Owner() string { return m.cfg.Owner }
+
+// Config returns the Manager's configuration with defaults applied.
+func (m *Manager) Config() Config { return m.cfg }
+
+// TryAcquire takes the lease name if it is free, expired or released, incrementing its fencing token. ok is
+// false when someone else holds it. Expiry is judged on the database clock.
+func (m *Manager) TryAcquire(ctx context.Context, name string) (l Lease, ok bool, err error) {
+	if strings.TrimSpace(name) == "" {
+		return Lease{}, false, &ConfigError{Field: "name", Reason: "must not be blank"}
+	}
+	l = Lease{Name: name, Owner: m.cfg.Owner}
+	err = m.db.QueryRow(ctx, `INSERT INTO `+m.table+` AS l (name, owner, token, expires_at)
+		VALUES ($1, $2, 1, now() + $3 * interval '1 microsecond')
+		ON CONFLICT (name) DO UPDATE SET owner = EXCLUDED.owner, token = l.token + 1,
+			expires_at = EXCLUDED.expires_at, acquired_at = now(), renewed_at = now()
+		WHERE l.expires_at <= now()
+		RETURNING token, expires_at`, name, m.cfg.Owner, m.cfg.TTL.Microseconds()).Scan(&l.Token, &l.ExpiresAt)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Lease{}, false, nil
+	}
+	if err != nil {
+		return Lease{}, false, fmt.Errorf("lease: acquire %q: %w", name, err)
+	}
+	l.ExpiresAt = l.ExpiresAt.UTC()
+	return l, true, nil
+}
+
+// Renew extends a held lease by TTL from now (database clock). It returns an error matching ErrLost when the
+// lease changed hands or was released; an expired lease that nobody took is renewed.
+func (m *Manager) Renew(ctx context.Context, l Lease) (Lease, error) {
+	err := m.db.QueryRow(ctx, `UPDATE `+m.table+` SET expires_at = now() + $4 * interval '1 microsecond',
+			renewed_at = now()
+		WHERE name = $1 AND owner = $2 AND token = $3 RETURNING expires_at`,
+		l.Name, l.Owner, l.Token, m.cfg.TTL.Microseconds()).Scan(&l.ExpiresAt)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return l, fmt.Errorf("%w: %q (token %d) is no longer held by %q", ErrLost, l.Name, l.Token, l.Owner)
+	}
+	if err != nil {
+		return l, fmt.Errorf("lease: renew %q: %w", l.Name, err)
+	}
+	l.ExpiresAt = l.ExpiresAt.UTC()
+	return l, nil
+}
+
+// Release gives a held lease up at once, so a contender can take it without waiting for expiry. Releasing a
+// lease that was already lost is not an error. The token stays: the next holder gets token + 1.
+func (m *Manager) Release(ctx context.Context, l Lease) error {
+	_, err := m.db.Exec(ctx, `UPDATE `+m.table+` SET expires_at = now()
+		WHERE name = $1 AND owner = $2 AND token = $3`, l.Name, l.Owner, l.Token)
+	if err != nil {
+		return fmt.Errorf("lease: release %q: %w", l.Name, err)
+	}
+	return nil
+}
+
+// CheckTx is the fenced-write check. Call it inside the transaction whose commit must only happen while l is
+// still held, as late as possible (just before the fenced writes and the commit): it locks the lease row FOR
+// SHARE until the transaction ends, so no takeover can commit in between, and returns a *FencedError (matching
+// ErrFenced and ErrLost) when the lease's token or owner is no longer l's. Expiry alone does not fence: a holder
+// whose lease expired but was not taken over may still commit, since nobody else can have done its work.
+//
+// A takeover waits for the transaction to end, so keep fenced transactions short relative to the TTL.
+func CheckTx(ctx context.Context, tx DB, schema string, l Lease) error {
+	var token int64
+	var owner string
+	err := tx.QueryRow(ctx, `SELECT token, owner FROM `+pgx.Identifier{schema, "leases"}.Sanitize()+`
+		WHERE name = $1 FOR SHARE`, l.Name).Scan(&token, &owner)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return &FencedError{Name: l.Name, Token: l.Token, Owner: l.Owner}
+	}
+	if err != nil {
+		return fmt.Errorf("lease: fence check of %q: %w", l.Name, err)
+	}
+	if token != l.Token || owner != l.Owner {
+		return &FencedError{Name: l.Name, Token: l.Token, Current: token, Owner: l.Owner, CurrentOwner: owner}
+	}
+	return nil
+}
+
+// CheckTx is the package-level CheckTx in the Manager's schema.
+func (m *Manager) CheckTx(ctx context.Context, tx DB, l Lease) error {
+	return CheckTx(ctx, tx, m.cfg.Schema, l)
+}
+
+// Info describes a lease row, for status listings.
+type Info struct {
+	Name       string
+	Owner      string
+	Token      int64
+	ExpiresAt  time.Time
+	AcquiredAt time.Time
+	RenewedAt  time.Time
+	// Held is true when the lease had not expired at the time of the query (database clock).
+	Held bool
+}
+
+// List returns the leases whose names start with prefix ("" for all), by name.
+func List(ctx context.Context, db DB, schema, prefix string) ([]Info, error) {
+	rows, err := db.Query(ctx, `SELECT name, owner, token, expires_at, acquired_at, renewed_at, expires_at > now()
+		FROM `+pgx.Identifier{schema, "leases"}.Sanitize()+` WHERE starts_with(name, $1) ORDER BY name`, prefix)
+	if err != nil {
+		return nil, fmt.Errorf("lease: list: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Info, error) {
+		var i Info
+		err := r.Scan(&i.Name, &i.Owner, &i.Token, &i.ExpiresAt, &i.AcquiredAt, &i.RenewedAt, &i.Held)
+		i.ExpiresAt, i.AcquiredAt, i.RenewedAt = i.ExpiresAt.UTC(), i.AcquiredAt.UTC(), i.RenewedAt.UTC()
+		return i, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("lease: list: %w", err)
+	}
+	return out, nil
+}

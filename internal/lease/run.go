@@ -1,0 +1,123 @@
+package lease
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Work is the leader's work, run while a lease is held. ctx is cancelled, with context.Cause matching ErrLost,
+// as soon as the lease is lost or cannot be renewed in time; Work must then return promptly. Writes that must not
+// happen after a takeover are guarded with CheckTx inside their transaction.
+type Work func(ctx context.Context, l Lease) error
+
+// Run keeps trying to acquire the lease name (every AcquireInterval), runs work while it is held, renews it in the
+// background every RenewInterval, and releases it when work returns. When the lease is lost, work's context is
+// cancelled and Run goes back to contending. Run returns nil when ctx ends, or work's error when work returns one
+// for another reason than a lost lease or the end of ctx (the lease is released first). A nil return from work
+// while ctx is still live also ends Run with nil.
+func (m *Manager) Run(ctx context.Context, name string, work Work) error {
+	for {
+		l, ok, err := m.TryAcquire(ctx, name)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			var ce *ConfigError
+			if errors.As(err, &ce) {
+				return err
+			}
+			m.cfg.Logger.WarnContext(ctx, "stagehand: lease acquisition failed; retrying", "lease", name,
+				"error", err)
+		}
+		if ok {
+			m.cfg.Logger.DebugContext(ctx, "stagehand: lease acquired", "lease", name, "owner", l.Owner,
+				"token", l.Token)
+			err := m.hold(ctx, l, work)
+			switch {
+			case ctx.Err() != nil:
+				return nil
+			case errors.Is(err, ErrLost):
+				m.cfg.Logger.WarnContext(ctx, "stagehand: lease lost; contending again", "lease", name,
+					"token", l.Token, "error", err)
+				continue // try again at once: if nobody took it, we get it back with a new token
+			default:
+				return err
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(m.cfg.AcquireInterval):
+		}
+	}
+}
+
+// hold runs work under l with a background renewer and releases l afterwards. It returns an error matching ErrLost
+// when the lease was lost while work ran.
+func (m *Manager) hold(ctx context.Context, l Lease, work Work) error {
+	wctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	done := make(chan struct{})
+	renewerDone := make(chan struct{})
+	go func() {
+		defer close(renewerDone)
+		m.renew(wctx, l, done, cancel)
+	}()
+	err := work(wctx, l)
+	close(done)
+	<-renewerDone
+	if cause := context.Cause(wctx); errors.Is(cause, ErrLost) {
+		if err == nil || errors.Is(err, context.Canceled) {
+			return cause
+		}
+		return fmt.Errorf("%w (work ended with: %w)", cause, err)
+	}
+	if errors.Is(err, ErrLost) {
+		return err
+	}
+	rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer rcancel()
+	if rerr := m.Release(rctx, l); rerr != nil {
+		m.cfg.Logger.WarnContext(ctx, "stagehand: lease release failed; it expires by itself", "lease", l.Name,
+			"error", rerr)
+	}
+	return err
+}
+
+// renew renews l every RenewInterval until done closes. It cancels the work with ErrLost when the lease changed
+// hands, or when no renewal succeeded for a whole TTL (the database may have given the lease away meanwhile).
+func (m *Manager) renew(ctx context.Context, l Lease, done <-chan struct{}, cancel context.CancelCauseFunc) {
+	lastOK := time.Now() // monotonic: when the last successful renewal (or the acquisition) was sent
+	t := time.NewTicker(m.cfg.RenewInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-done:
+			return
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		sent := time.Now()
+		rctx, rcancel := context.WithTimeout(ctx, m.cfg.RenewInterval)
+		nl, err := m.Renew(rctx, l)
+		rcancel()
+		switch {
+		case err == nil:
+			l, lastOK = nl, sent
+		case errors.Is(err, ErrLost):
+			cancel(err)
+			return
+		case ctx.Err() != nil:
+			return
+		default:
+			m.cfg.Logger.WarnContext(ctx, "stagehand: lease renewal failed", "lease", l.Name, "error", err)
+			if time.Since(lastOK) >= m.cfg.TTL {
+				cancel(fmt.Errorf("%w: %q could not be renewed for %s: %w", ErrLost, l.Name, m.cfg.TTL, err))
+				return
+			}
+		}
+	}
+}
