@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sort"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -78,7 +79,7 @@ type PostgresStore struct {
 }
 
 type tables struct {
-	events, streams, snapshots string
+	events, snapshots string
 }
 
 // NewPostgres returns a store on pool. It does not create tables: run stagehand.Migrate first. The pool is not
@@ -96,7 +97,6 @@ func NewPostgres(pool *pgxpool.Pool, cfg *PostgresConfig) (*PostgresStore, error
 		cfg:  c,
 		t: tables{
 			events:    pgx.Identifier{c.Schema, "events"}.Sanitize(),
-			streams:   pgx.Identifier{c.Schema, "streams"}.Sanitize(),
 			snapshots: pgx.Identifier{c.Schema, "snapshots"}.Sanitize(),
 		},
 		channel: pgnotify.Channel(c.Schema, "events"),
@@ -140,15 +140,9 @@ func (s *PostgresStore) Notify() {
 	}
 }
 
-// querier is satisfied by *pgxpool.Pool and pgx.Tx.
-type querier interface {
-	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
-	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
-}
-
-// Append implements Store. Without a staging callback it is one statement in its own transaction.
+// Append implements Store. It is one statement in its own transaction.
 func (s *PostgresStore) Append(ctx context.Context, req AppendRequest) (AppendResult, error) {
-	res, err := s.append(ctx, s.pool, req)
+	res, err := s.append(ctx, s.pool, req, false)
 	if err != nil {
 		return res, err
 	}
@@ -156,12 +150,13 @@ func (s *PostgresStore) Append(ctx context.Context, req AppendRequest) (AppendRe
 	return res, nil
 }
 
-// AppendTx implements TransactionalStore.
+// AppendTx implements TransactionalStore. The append runs under a savepoint (sent in the same round trip), so a
+// version conflict leaves the caller's transaction usable.
 func (s *PostgresStore) AppendTx(ctx context.Context, tx pgx.Tx, req AppendRequest) (AppendResult, error) {
 	if tx == nil {
 		return AppendResult{}, fmt.Errorf("%w: nil transaction", ErrInvalidAppend)
 	}
-	return s.append(ctx, tx, req)
+	return s.append(ctx, tx, req, true)
 }
 
 // AppendWith implements TransactionalStore.
@@ -171,7 +166,7 @@ func (s *PostgresStore) AppendWith(ctx context.Context, req AppendRequest, stage
 		return AppendResult{}, fmt.Errorf("eventstore: begin: %w", err)
 	}
 	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
-	res, err := s.append(ctx, tx, req)
+	res, err := s.append(ctx, tx, req, false)
 	if err != nil {
 		return AppendResult{}, err
 	}
@@ -188,11 +183,75 @@ func (s *PostgresStore) AppendWith(ctx context.Context, req AppendRequest, stage
 	return res, nil
 }
 
-func (s *PostgresStore) append(ctx context.Context, q querier, req AppendRequest) (AppendResult, error) {
+// dbtx is satisfied by *pgxpool.Pool and pgx.Tx.
+type dbtx interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
+}
+
+// errRetry marks a lost race of an AnyVersion or StreamExists append, which is simply retried.
+var errRetry = errors.New("eventstore: retry")
+
+func (s *PostgresStore) append(ctx context.Context, db dbtx, req AppendRequest, savepoint bool) (AppendResult, error) {
 	req, err := prepare(req, s.cfg.Clock())
 	if err != nil {
 		return AppendResult{}, err
 	}
+	args, err := appendArgs(req)
+	if err != nil {
+		return AppendResult{}, err
+	}
+	sql := s.appendSQL(req.Expected, len(req.Events) == 1)
+	for attempt := 0; ; attempt++ {
+		var recs []Record
+		if savepoint {
+			recs, err = s.insertUnderSavepoint(ctx, db, sql, args)
+		} else {
+			recs, err = s.insert(ctx, db, sql, args)
+		}
+		// After a savepoint rollback the caller's transaction is usable and sees its own writes; otherwise the
+		// version is read outside it.
+		lookup := dbtx(s.pool)
+		if savepoint {
+			lookup = db
+		}
+		if err == nil && len(recs) == 0 {
+			return AppendResult{}, s.conflict(ctx, lookup, req)
+		}
+		if err != nil {
+			err = s.translate(err, req)
+			// Two AnyVersion/StreamExists appends read the same current version; the loser retries. An exact
+			// expectation that lost is a real conflict.
+			if errors.Is(err, ErrConcurrencyConflict) && (req.Expected == AnyVersion ||
+				req.Expected == StreamExists) && attempt < 20 && (savepoint || !inTx(db)) {
+				continue
+			}
+			if errors.Is(err, ErrConcurrencyConflict) {
+				return AppendResult{}, s.conflict(ctx, lookup, req)
+			}
+			return AppendResult{}, err
+		}
+		sort.Slice(recs, func(i, j int) bool { return recs[i].Version < recs[j].Version })
+		for i := range recs {
+			e := req.Events[i]
+			r := &recs[i]
+			r.Tenant, r.StreamID, r.StreamType = req.Tenant, req.StreamID, req.StreamType
+			r.EventID, r.Type, r.TypeVersion = e.EventID, e.Type, e.TypeVersion
+			r.Payload, r.Metadata, r.OccurredAt = e.Payload, e.Metadata, e.OccurredAt
+			r.RecordedAt = r.RecordedAt.UTC()
+		}
+		return AppendResult{Records: recs, Version: recs[len(recs)-1].Version}, nil
+	}
+}
+
+func inTx(db dbtx) bool {
+	_, ok := db.(pgx.Tx)
+	return ok
+}
+
+func appendArgs(req AppendRequest) ([]any, error) {
 	n := len(req.Events)
 	ids := make([]string, n)
 	types := make([]string, n)
@@ -207,95 +266,118 @@ func (s *PostgresStore) append(ctx context.Context, q querier, req AppendRequest
 		payloads[i] = string(e.Payload)
 		m, err := encodeMetadata(e.Metadata)
 		if err != nil {
-			return AppendResult{}, err
+			return nil, err
 		}
 		metas[i] = m
 		occurred[i] = e.OccurredAt
 	}
-	sql := s.appendSQL(req.Expected)
-	args := []any{req.Tenant, req.StreamID, req.StreamType, int64(n), ids, types, versions, payloads, metas, occurred}
+	args := []any{req.Tenant, req.StreamID, req.StreamType, ids, types, versions, payloads, metas, occurred}
+	if n == 1 { // the common case: scalars, no arrays to encode and unnest
+		args = []any{req.Tenant, req.StreamID, req.StreamType, ids[0], types[0], versions[0], payloads[0], metas[0],
+			occurred[0]}
+	}
 	if req.Expected > 0 {
 		args = append(args, int64(req.Expected))
 	}
-	rows, err := q.Query(ctx, sql, args...)
+	return args, nil
+}
+
+func (s *PostgresStore) insert(ctx context.Context, db dbtx, sql string, args []any) ([]Record, error) {
+	rows, err := db.Query(ctx, sql, args...)
 	if err != nil {
-		return AppendResult{}, s.translate(err, req)
+		return nil, err
 	}
-	records := make([]Record, 0, n)
-	i := 0
+	return scanAppended(rows)
+}
+
+// insertUnderSavepoint sends SAVEPOINT, the insert and RELEASE in one round trip; after a failed insert it rolls
+// back to the savepoint so the caller's transaction stays usable.
+func (s *PostgresStore) insertUnderSavepoint(ctx context.Context, db dbtx, sql string, args []any) ([]Record, error) {
+	b := &pgx.Batch{}
+	b.Queue("SAVEPOINT stagehand_append")
+	b.Queue(sql, args...)
+	b.Queue("RELEASE SAVEPOINT stagehand_append")
+	br := db.SendBatch(ctx, b)
+	_, err := br.Exec()
+	var recs []Record
+	if err == nil {
+		var rows pgx.Rows
+		if rows, err = br.Query(); err == nil {
+			recs, err = scanAppended(rows)
+		}
+		if err == nil {
+			_, err = br.Exec()
+		}
+	}
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		if _, rerr := db.Exec(ctx, "ROLLBACK TO SAVEPOINT stagehand_append"); rerr != nil {
+			return nil, fmt.Errorf("%w (and rolling back to the savepoint failed: %w)", err, rerr)
+		}
+		return nil, err
+	}
+	return recs, nil
+}
+
+func scanAppended(rows pgx.Rows) ([]Record, error) {
+	defer rows.Close()
+	var recs []Record
 	for rows.Next() {
 		var r Record
 		if err := rows.Scan(&r.Position, &r.Version, &r.RecordedAt); err != nil {
-			rows.Close()
-			return AppendResult{}, fmt.Errorf("eventstore: scan append result: %w", err)
+			return nil, err
 		}
-		if i >= n {
-			rows.Close()
-			return AppendResult{}, fmt.Errorf("eventstore: append to stream %q returned more rows than events",
-				req.StreamID)
-		}
-		e := req.Events[i]
-		r.Tenant, r.StreamID, r.StreamType = req.Tenant, req.StreamID, req.StreamType
-		r.EventID, r.Type, r.TypeVersion = e.EventID, e.Type, e.TypeVersion
-		r.Payload, r.Metadata, r.OccurredAt = e.Payload, e.Metadata, e.OccurredAt
-		r.RecordedAt = r.RecordedAt.UTC()
-		records = append(records, r)
-		i++
+		recs = append(recs, r)
 	}
-	if err := rows.Err(); err != nil {
-		return AppendResult{}, s.translate(err, req)
-	}
-	if len(records) == 0 {
-		return AppendResult{}, s.conflict(ctx, q, req)
-	}
-	return AppendResult{Records: records, Version: records[len(records)-1].Version}, nil
+	return recs, rows.Err()
 }
 
-// appendSQL returns the single statement that checks the expected version on the streams row and inserts the
-// events. When the check fails the stream CTE yields no row, nothing is inserted and no error is raised, so the
-// caller's transaction stays usable.
-func (s *PostgresStore) appendSQL(expected ExpectedVersion) string {
-	var stream string
+// appendSQL returns the single statement of an append. The unique index on (tenant_id, stream_id, version) is the
+// concurrency control: two writers that both read version n cannot both insert n+1, and the statement that loses
+// inserts none of its events. The expected-version check adds one index probe: for an exact version n the stream's
+// event n must exist (else the stream is behind and nothing is inserted).
+func (s *PostgresStore) appendSQL(expected ExpectedVersion, single bool) string {
+	var base string
 	switch {
 	case expected == NoStream:
-		stream = `INSERT INTO ` + s.t.streams + ` (tenant_id, stream_id, stream_type, version)
-			VALUES ($1, $2, $3, $4) ON CONFLICT (tenant_id, stream_id) DO NOTHING
-			RETURNING 0::bigint AS base`
+		base = `SELECT 0::bigint AS base`
 	case expected == AnyVersion:
-		stream = `INSERT INTO ` + s.t.streams + ` AS st (tenant_id, stream_id, stream_type, version)
-			VALUES ($1, $2, $3, $4) ON CONFLICT (tenant_id, stream_id)
-			DO UPDATE SET version = st.version + EXCLUDED.version, updated_at = now()
-			RETURNING st.version - $4 AS base`
+		base = `SELECT coalesce(max(version), 0) AS base FROM ` + s.t.events +
+			` WHERE tenant_id = $1 AND stream_id = $2`
 	case expected == StreamExists:
-		stream = `UPDATE ` + s.t.streams + ` SET version = version + $4, updated_at = now()
-			WHERE tenant_id = $1 AND stream_id = $2
-			RETURNING version - $4 AS base`
+		base = `SELECT max(version) AS base FROM ` + s.t.events +
+			` WHERE tenant_id = $1 AND stream_id = $2 HAVING max(version) IS NOT NULL`
 	default:
-		stream = `UPDATE ` + s.t.streams + ` SET version = version + $4, updated_at = now()
-			WHERE tenant_id = $1 AND stream_id = $2 AND version = $11
-			RETURNING version - $4 AS base`
+		base = `SELECT $10::bigint AS base WHERE EXISTS (SELECT 1 FROM ` + s.t.events +
+			` WHERE tenant_id = $1 AND stream_id = $2 AND version = $10)`
 	}
-	return `WITH s AS (` + stream + `),
-	e AS (
-		INSERT INTO ` + s.t.events + ` (tenant_id, stream_id, stream_type, version, event_id, event_type,
+	if single {
+		return `INSERT INTO ` + s.t.events + ` (tenant_id, stream_id, stream_type, version, event_id, event_type,
 			event_version, payload, metadata, occurred_at)
-		SELECT $1, $2, $3, s.base + d.ord, d.event_id, d.event_type, d.event_version, d.payload, d.metadata,
+		SELECT $1, $2, $3, b.base + 1, $4::uuid, $5::text, $6::int, $7::jsonb, $8::jsonb, $9::timestamptz
+		FROM (` + base + `) b
+		RETURNING position, version, recorded_at`
+	}
+	return `INSERT INTO ` + s.t.events + ` (tenant_id, stream_id, stream_type, version, event_id, event_type,
+			event_version, payload, metadata, occurred_at)
+		SELECT $1, $2, $3, b.base + d.ord, d.event_id, d.event_type, d.event_version, d.payload, d.metadata,
 			d.occurred_at
-		FROM s, unnest($5::uuid[], $6::text[], $7::int[], $8::jsonb[], $9::jsonb[], $10::timestamptz[])
+		FROM (` + base + `) b,
+			unnest($4::uuid[], $5::text[], $6::int[], $7::jsonb[], $8::jsonb[], $9::timestamptz[])
 			WITH ORDINALITY AS d(event_id, event_type, event_version, payload, metadata, occurred_at, ord)
 		ORDER BY d.ord
-		RETURNING position, version, recorded_at
-	)
-	SELECT position, version, recorded_at FROM e ORDER BY position`
+		RETURNING position, version, recorded_at`
 }
 
-func (s *PostgresStore) conflict(ctx context.Context, q querier, req AppendRequest) error {
+// conflict builds the ConflictError with the stream's current committed version.
+func (s *PostgresStore) conflict(ctx context.Context, db dbtx, req AppendRequest) error {
 	var actual int64
-	err := q.QueryRow(ctx, `SELECT version FROM `+s.t.streams+` WHERE tenant_id = $1 AND stream_id = $2`,
-		req.Tenant, req.StreamID).Scan(&actual)
-	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
-		return fmt.Errorf("eventstore: read version of stream %q after a conflict: %w (%w)", req.StreamID, err,
-			ErrConcurrencyConflict)
+	err := db.QueryRow(ctx, `SELECT coalesce(max(version), 0) FROM `+s.t.events+
+		` WHERE tenant_id = $1 AND stream_id = $2`, req.Tenant, req.StreamID).Scan(&actual)
+	if err != nil {
+		actual = -1
 	}
 	return &ConflictError{Tenant: req.Tenant, StreamID: req.StreamID, Expected: req.Expected, Actual: actual}
 }
@@ -309,8 +391,8 @@ func (s *PostgresStore) translate(err error, req AppendRequest) error {
 		case "events_event_id_key":
 			return fmt.Errorf("%w: an event of the append to stream %q is already stored", ErrDuplicateEventID,
 				req.StreamID)
-		default:
-			return &ConflictError{Tenant: req.Tenant, StreamID: req.StreamID, Expected: req.Expected, Actual: -1}
+		case "events_stream_version_key":
+			return ErrConcurrencyConflict
 		}
 	}
 	return fmt.Errorf("eventstore: append to stream %q: %w", req.StreamID, err)
@@ -377,16 +459,19 @@ func (s *PostgresStore) ReadStream(ctx context.Context, tenant, streamID string,
 func (s *PostgresStore) Stream(ctx context.Context, tenant, streamID string) (StreamInfo, error) {
 	tenant = tenantOrDefault(tenant)
 	info := StreamInfo{Tenant: tenant, StreamID: streamID}
-	err := s.pool.QueryRow(ctx, `SELECT stream_type, version, created_at, updated_at FROM `+s.t.streams+`
-		WHERE tenant_id = $1 AND stream_id = $2`, tenant, streamID).
+	err := s.pool.QueryRow(ctx, `SELECT l.stream_type, l.version, f.recorded_at, l.recorded_at
+		FROM (SELECT stream_type, version, recorded_at FROM `+s.t.events+`
+			WHERE tenant_id = $1 AND stream_id = $2 ORDER BY version DESC LIMIT 1) l,
+		     (SELECT recorded_at FROM `+s.t.events+`
+			WHERE tenant_id = $1 AND stream_id = $2 ORDER BY version LIMIT 1) f`, tenant, streamID).
 		Scan(&info.StreamType, &info.Version, &info.CreatedAt, &info.UpdatedAt)
-	info.CreatedAt, info.UpdatedAt = info.CreatedAt.UTC(), info.UpdatedAt.UTC()
 	if errors.Is(err, pgx.ErrNoRows) {
 		return info, fmt.Errorf("%w: %q (tenant %q)", ErrStreamNotFound, streamID, tenant)
 	}
 	if err != nil {
 		return info, fmt.Errorf("eventstore: stream %q: %w", streamID, err)
 	}
+	info.CreatedAt, info.UpdatedAt = info.CreatedAt.UTC(), info.UpdatedAt.UTC()
 	return info, nil
 }
 

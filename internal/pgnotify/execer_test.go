@@ -4,7 +4,7 @@ import (
 	"context"
 	"sync/atomic"
 
-	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5"
 
 	"github.com/stagehand-es/stagehand/internal/pgnotify"
 )
@@ -14,9 +14,9 @@ type countingExecer struct {
 	n     atomic.Int64
 }
 
-func (c *countingExecer) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
+func (c *countingExecer) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
 	c.n.Add(1)
-	return c.inner.Exec(ctx, sql, args...)
+	return c.inner.SendBatch(ctx, b)
 }
 
 func (c *countingExecer) calls() int { return int(c.n.Load()) }

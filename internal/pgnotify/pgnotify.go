@@ -19,9 +19,9 @@ import (
 	"github.com/jackc/pgxlisten"
 )
 
-// Execer runs a statement; *pgxpool.Pool satisfies it.
+// Execer sends statements; *pgxpool.Pool satisfies it.
 type Execer interface {
-	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
 }
 
 // Notifier sends pg_notify(channel) after commits. At most one NOTIFY is in flight; calls made while one is in
@@ -66,7 +66,7 @@ func (n *Notifier) loop() {
 	defer n.wg.Done()
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		if _, err := n.db.Exec(ctx, "SELECT pg_notify($1, '')", n.channel); err != nil {
+		if err := n.send(ctx); err != nil {
 			n.logger.Debug("stagehand: wake-up notify failed; consumers fall back to polling",
 				"channel", n.channel, "error", err)
 		}
@@ -80,6 +80,18 @@ func (n *Notifier) loop() {
 		n.pending = false
 		n.mu.Unlock()
 	}
+}
+
+// send issues the NOTIFY in its own transaction with synchronous_commit off, in one round trip. NOTIFY assigns a
+// transaction ID, so a durable commit would cost every writer a second WAL flush; a wake-up needs no durability
+// (it is delivered at commit either way, and followers poll besides).
+func (n *Notifier) send(ctx context.Context) error {
+	b := &pgx.Batch{}
+	b.Queue("BEGIN")
+	b.Queue("SET LOCAL synchronous_commit TO off")
+	b.Queue("SELECT pg_notify($1, '')", n.channel)
+	b.Queue("COMMIT")
+	return n.db.SendBatch(ctx, b).Close()
 }
 
 // Close stops accepting notifications and waits for the one in flight. It is safe to call more than once.

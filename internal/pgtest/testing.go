@@ -121,7 +121,7 @@ func PoolFor(tb testing.TB, url string) *pgxpool.Pool {
 	if err != nil {
 		tb.Fatalf("pgtest: parse %s: %v", url, err)
 	}
-	cfg.MaxConns = 16
+	cfg.MaxConns = 32
 	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
 	if err != nil {
 		tb.Fatalf("pgtest: connect: %v", err)

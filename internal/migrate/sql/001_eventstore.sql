@@ -1,23 +1,10 @@
--- Event store: streams, events and snapshots.
+-- Event store: events and snapshots. A stream is the set of events sharing (tenant_id, stream_id).
 
 -- Global positions come from this sequence, drawn by the INSERT itself (column DEFAULT). CACHE 1 is load-bearing:
 -- the gap-safe log reader relies on a missing position having been drawn by a transaction that held a
 -- RowExclusiveLock on events when the gap was seen. A cached range would let a session draw a low number long
 -- after higher numbers committed.
 CREATE SEQUENCE events_position_seq AS bigint CACHE 1;
-
--- One row per stream: its current version. Appends update it under optimistic concurrency, which serialises
--- writers of one stream and lets a version conflict be detected without a failed INSERT.
-CREATE TABLE streams (
-    tenant_id   text        NOT NULL CHECK (tenant_id <> ''),
-    stream_id   text        NOT NULL CHECK (stream_id <> ''),
-    stream_type text        NOT NULL,
-    version     bigint      NOT NULL CHECK (version >= 0),
-    created_at  timestamptz NOT NULL DEFAULT now(),
-    updated_at  timestamptz NOT NULL DEFAULT now(),
-    -- A stream's identity includes its tenant: the same stream ID in two tenants is two streams.
-    PRIMARY KEY (tenant_id, stream_id)
-);
 
 CREATE TABLE events (
     position      bigint      NOT NULL DEFAULT nextval('events_position_seq') PRIMARY KEY,
@@ -34,6 +21,8 @@ CREATE TABLE events (
     metadata      jsonb       NOT NULL DEFAULT '{}',
     occurred_at   timestamptz NOT NULL,
     recorded_at   timestamptz NOT NULL DEFAULT now(),
+    -- The stream's identity includes its tenant. This unique index is the optimistic-concurrency control: two
+    -- appends that read the same version cannot both insert the next one.
     CONSTRAINT events_stream_version_key UNIQUE (tenant_id, stream_id, version),
     CONSTRAINT events_event_id_key UNIQUE (event_id)
 );

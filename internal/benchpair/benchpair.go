@@ -1,0 +1,128 @@
+// Package benchpair measures a stagehand operation beside its raw baseline in the same run and prints the
+// throughput ratio, so figures are always relative to the ceiling measured on the same machine at the same moment.
+//
+// The two sides alternate in short rounds (subject, baseline, baseline, subject, ...) so that drift in the machine's
+// load (other processes, checkpoints, autovacuum) falls on both sides alike.
+package benchpair
+
+import (
+	"fmt"
+	"os"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// Op performs one operation on behalf of worker (0..clients-1). Workers keep their own state by index.
+type Op func(worker int) error
+
+// Config describes a comparison.
+type Config struct {
+	// Unit names what one operation produces ("events", "messages"); UnitsPerOp scales operations to it.
+	Unit       string
+	UnitsPerOp int
+	// Clients is the number of concurrent workers. Default 1.
+	Clients int
+	// Rounds and Round set how long each side runs: Rounds rounds of Round each. Defaults 6 and 500ms; the
+	// environment variable STAGEHAND_BENCH_ROUND (a duration) overrides Round.
+	Rounds int
+	Round  time.Duration
+}
+
+// Result holds the measured rates in units per second.
+type Result struct {
+	Subject, Baseline float64
+}
+
+// Ratio is Subject / Baseline.
+func (r Result) Ratio() float64 {
+	if r.Baseline == 0 {
+		return 0
+	}
+	return r.Subject / r.Baseline
+}
+
+// Compare runs subject and baseline alternately and reports both rates and their ratio as benchmark metrics, and
+// prints a RATIO line. Run it with -benchtime 1x: it times itself.
+func Compare(b *testing.B, cfg Config, subject, baseline Op) Result {
+	b.Helper()
+	if cfg.Clients <= 0 {
+		cfg.Clients = 1
+	}
+	if cfg.UnitsPerOp <= 0 {
+		cfg.UnitsPerOp = 1
+	}
+	if cfg.Rounds <= 0 {
+		cfg.Rounds = 6
+	}
+	if cfg.Round <= 0 {
+		cfg.Round = 500 * time.Millisecond
+	}
+	if d, err := time.ParseDuration(os.Getenv("STAGEHAND_BENCH_ROUND")); err == nil && d > 0 {
+		cfg.Round = d
+	}
+	var ops [2]int64
+	var spent [2]time.Duration
+	sides := [2]Op{subject, baseline}
+	b.ResetTimer()
+	for round := range cfg.Rounds {
+		order := [2]int{0, 1}
+		if round%2 == 1 {
+			order = [2]int{1, 0}
+		}
+		for _, side := range order {
+			n, d, err := run(sides[side], cfg.Clients, cfg.Round)
+			if err != nil {
+				b.Fatalf("benchpair: %s: %v", [2]string{"stagehand", "raw"}[side], err)
+			}
+			ops[side] += n
+			spent[side] += d
+		}
+	}
+	b.StopTimer()
+	res := Result{
+		Subject:  float64(ops[0]*int64(cfg.UnitsPerOp)) / spent[0].Seconds(),
+		Baseline: float64(ops[1]*int64(cfg.UnitsPerOp)) / spent[1].Seconds(),
+	}
+	b.ReportMetric(res.Subject, cfg.Unit+"/s")
+	b.ReportMetric(res.Baseline, "raw-"+cfg.Unit+"/s")
+	b.ReportMetric(res.Ratio(), "ratio")
+	fmt.Printf("RATIO %s: stagehand %s %s/s, raw %s %s/s, ratio %.2fx\n", b.Name(), human(res.Subject), cfg.Unit,
+		human(res.Baseline), cfg.Unit, res.Ratio())
+	return res
+}
+
+func run(op Op, clients int, d time.Duration) (int64, time.Duration, error) {
+	var n atomic.Int64
+	var firstErr error
+	var once sync.Once
+	var wg sync.WaitGroup
+	start := time.Now()
+	deadline := start.Add(d)
+	for w := range clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for time.Now().Before(deadline) {
+				if err := op(w); err != nil {
+					once.Do(func() { firstErr = err })
+					return
+				}
+				n.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	return n.Load(), time.Since(start), firstErr
+}
+
+func human(v float64) string {
+	switch {
+	case v >= 10000:
+		return strconv.FormatFloat(v/1000, 'f', 1, 64) + "k"
+	default:
+		return strconv.FormatFloat(v, 'f', 0, 64)
+	}
+}
