@@ -157,7 +157,6 @@ func TestFenceCheckHoldsOffATakeoverUntilCommit(t *testing.T) {
 
 func TestRunRenewsAndReleasesOnStop(t *testing.T) {
 	t.Parallel()
-	pgtest.CheckLeaks(t)
 	e := setup(t)
 	cfg := &lease.Config{TTL: 300 * time.Millisecond, RenewInterval: 50 * time.Millisecond,
 		AcquireInterval: 20 * time.Millisecond}
@@ -192,7 +191,6 @@ func TestRunRenewsAndReleasesOnStop(t *testing.T) {
 
 func TestRunCancelsWorkWhenTheLeaseIsLost(t *testing.T) {
 	t.Parallel()
-	pgtest.CheckLeaks(t)
 	e := setup(t)
 	pool := e.pool
 	cfg := &lease.Config{TTL: time.Second, RenewInterval: 50 * time.Millisecond, AcquireInterval: 20 * time.Millisecond}
@@ -234,7 +232,6 @@ func TestRunCancelsWorkWhenTheLeaseIsLost(t *testing.T) {
 
 func TestRunOneActiveAmongMany(t *testing.T) {
 	t.Parallel()
-	pgtest.CheckLeaks(t)
 	e := setup(t)
 	cfg := &lease.Config{TTL: 500 * time.Millisecond, RenewInterval: 100 * time.Millisecond,
 		AcquireInterval: 20 * time.Millisecond}
@@ -306,4 +303,32 @@ func TestConfigValidation(t *testing.T) {
 	m := e.mgr("x", nil)
 	_, _, err = m.TryAcquire(context.Background(), "")
 	require.ErrorIs(t, err, lease.ErrInvalidConfig)
+}
+
+// TestRunLeavesNoGoroutines is not parallel: the leak check sees every goroutine of the process, and sequential
+// tests run while the parallel ones wait.
+func TestRunLeavesNoGoroutines(t *testing.T) {
+	pgtest.CheckLeaks(t)
+	e := setup(t)
+	cfg := &lease.Config{TTL: 300 * time.Millisecond, RenewInterval: 20 * time.Millisecond,
+		AcquireInterval: 10 * time.Millisecond}
+	a, b := e.mgr("a", cfg), e.mgr("b", cfg)
+	ctx, cancel := context.WithCancel(context.Background())
+	var runs atomic.Int32
+	done := make(chan error, 2)
+	for _, m := range []*lease.Manager{a, b} {
+		go func() {
+			done <- m.Run(ctx, "job", func(ctx context.Context, l lease.Lease) error {
+				if runs.Add(1) == 1 { // the first holder loses its lease once
+					pgtest.Exec(t, e.pool, `UPDATE `+pgtest.Q(e.schema, "leases")+` SET token = token + 1`)
+				}
+				<-ctx.Done()
+				return ctx.Err()
+			})
+		}()
+	}
+	pgtest.Eventually(t, 5*time.Second, func() bool { return runs.Load() >= 2 }, "lease lost and taken again")
+	cancel()
+	require.NoError(t, <-done)
+	require.NoError(t, <-done)
 }

@@ -1,0 +1,237 @@
+package logfollow
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/stagehand-es/stagehand"
+	"github.com/stagehand-es/stagehand/eventstore"
+)
+
+// Handler handles a batch of records in position order, writing through tx. The follower advances its
+// checkpoint in tx after Handler returns nil and commits; an error rolls everything back and the batch is
+// retried (see Config.MaxAttempts).
+type Handler func(ctx context.Context, tx pgx.Tx, records []eventstore.Record) error
+
+// Config configures a Follower. Name is required; every other field has a default.
+type Config struct {
+	// Name identifies the follower: its checkpoint row and (prefixed with LeasePrefix) its lease. Required.
+	Name string
+	// Kind says what follows the log ("projection", "stager", "reconciler", "subscriber"); status listings
+	// filter on it. Default "follower".
+	Kind string
+	// ResetGroup names the followers reset together by RequestReset (the partitions of one projection). Default
+	// Name.
+	ResetGroup string
+	// Schema holding the checkpoints and leases tables (created by stagehand.Migrate). Default "stagehand".
+	Schema string
+
+	// EventTypes, StreamTypes and Tenants filter the log (eventstore.LogQuery); empty means all.
+	EventTypes, StreamTypes, Tenants []string
+	// Select, when set, keeps only the records it returns true for (partitioning by stream hash). Positions of
+	// records it drops are still passed. Default: keep all.
+	Select func(eventstore.Record) bool
+
+	// BatchSize is the most log positions read per page (and so the largest batch). Default 1000; 1 to 10000.
+	BatchSize int
+	// PollInterval is how often the log is polled when no wake-up arrives. Default 1s; at least 1ms.
+	PollInterval time.Duration
+	// DisableListen turns off LISTEN/NOTIFY wake-ups even when the store offers them (polling only).
+	DisableListen bool
+	// ReconnectDelay is the pause before the listen connection is re-established after it drops. Default 1s.
+	ReconnectDelay time.Duration
+
+	// Owner names this process in the leases table. Default lease.DefaultOwner().
+	Owner string
+	// LeaseTTL is how long the follower's lease lasts without renewal: how long a dead process blocks its
+	// successor. Default 15s; at least 100ms.
+	LeaseTTL time.Duration
+	// LeaseRenewInterval is how often the lease is renewed. Default LeaseTTL/3; less than LeaseTTL.
+	LeaseRenewInterval time.Duration
+	// LeaseAcquireInterval is how often a standby instance tries to take the lease. Default 1s.
+	LeaseAcquireInterval time.Duration
+
+	// MaxAttempts is how many times one record is handled before it is given up on (OnExhausted, or the
+	// follower stops). Default 5; at least 1. A batch that fails is retried one record per transaction until
+	// the failing record is found, so only that record's attempts are counted. Errors of the database
+	// connection itself (a restart, a dropped connection) are retried without counting.
+	MaxAttempts int
+	// RetryDelay is the wait before the second attempt; it doubles with every attempt. Default 100ms.
+	RetryDelay time.Duration
+	// MaxRetryDelay caps the delay between attempts. Default 30s; at least RetryDelay.
+	MaxRetryDelay time.Duration
+	// OnExhausted, when set, is called in a transaction that moves the checkpoint past rec once rec has failed
+	// MaxAttempts times (or returned an error wrapped by Permanent): record it there (for example, park it).
+	// When nil, Run stops and returns a *HandlerError. An event is never skipped silently.
+	OnExhausted func(ctx context.Context, tx pgx.Tx, rec eventstore.Record, err error) error
+	// OnReset is called in the transaction that resets the checkpoint to the start (RequestReset), after the
+	// lease and the checkpoint rows of the reset group are locked: clear the follower's own tables there.
+	OnReset func(ctx context.Context, tx pgx.Tx) error
+
+	// Clock is used for time lag. Default time.Now.
+	Clock func() time.Time
+	// Logger receives diagnostics. Default: silent.
+	Logger *slog.Logger
+}
+
+// LeasePrefix prefixes a follower's Name to form its lease name.
+const LeasePrefix = "logfollow:"
+
+// Errors of the logfollow package. Compare with errors.Is.
+var (
+	// ErrInvalidConfig: a Follower was configured with an invalid value.
+	ErrInvalidConfig = errors.New("logfollow: invalid configuration")
+	// ErrPermanent marks a handler error that retrying cannot fix (see Permanent).
+	ErrPermanent = errors.New("logfollow: permanent failure")
+	// ErrHandler matches the *HandlerError Run returns when a record exhausted its attempts.
+	ErrHandler = errors.New("logfollow: handler failed")
+	// ErrAlreadyRunning: Run was called on a Follower that is running.
+	ErrAlreadyRunning = errors.New("logfollow: already running")
+)
+
+// ConfigError names an invalid configuration field. It matches ErrInvalidConfig.
+type ConfigError struct {
+	Field  string
+	Reason string
+}
+
+func (e *ConfigError) Error() string {
+	return "logfollow: invalid configuration: " + e.Field + " " + e.Reason
+}
+
+// Is matches ErrInvalidConfig.
+func (e *ConfigError) Is(target error) bool { return target == ErrInvalidConfig }
+
+// HandlerError is returned by Run when a record failed MaxAttempts times and no OnExhausted is set. It matches
+// ErrHandler and unwraps to the handler's last error.
+type HandlerError struct {
+	Name     string
+	Record   eventstore.Record
+	Attempts int
+	Err      error
+}
+
+func (e *HandlerError) Error() string {
+	return fmt.Sprintf("logfollow: %s stopped: event %q at position %d (stream %q version %d, tenant %q) failed "+
+		"%d times: %v", e.Name, e.Record.Type, e.Record.Position, e.Record.StreamID, e.Record.Version,
+		e.Record.Tenant, e.Attempts, e.Err)
+}
+
+// Is matches ErrHandler.
+func (e *HandlerError) Is(target error) bool { return target == ErrHandler }
+
+// Unwrap returns the handler's error.
+func (e *HandlerError) Unwrap() error { return e.Err }
+
+type permanent struct{ err error }
+
+func (p permanent) Error() string        { return p.err.Error() }
+func (p permanent) Unwrap() []error      { return []error{p.err, ErrPermanent} }
+func (p permanent) Is(target error) bool { return target == ErrPermanent }
+
+// Permanent marks err as one that retrying cannot fix (an undecodable payload): the record is given up on at
+// once (OnExhausted, or the follower stops) instead of after MaxAttempts.
+func Permanent(err error) error {
+	if err == nil {
+		return nil
+	}
+	return permanent{err}
+}
+
+func (c *Config) withDefaults() (Config, error) {
+	if c == nil {
+		return Config{}, &ConfigError{Field: "Name", Reason: "is required"}
+	}
+	cfg := *c
+	if strings.TrimSpace(cfg.Name) == "" {
+		return cfg, &ConfigError{Field: "Name", Reason: "is required"}
+	}
+	if cfg.Kind == "" {
+		cfg.Kind = "follower"
+	}
+	if cfg.ResetGroup == "" {
+		cfg.ResetGroup = cfg.Name
+	}
+	if cfg.Schema == "" {
+		cfg.Schema = stagehand.DefaultSchema
+	}
+	if strings.TrimSpace(cfg.Schema) == "" {
+		return cfg, &ConfigError{Field: "Schema", Reason: "must not be blank"}
+	}
+	switch {
+	case cfg.BatchSize == 0:
+		cfg.BatchSize = 1000
+	case cfg.BatchSize < 1 || cfg.BatchSize > 10000:
+		return cfg, &ConfigError{Field: "BatchSize", Reason: "must be between 1 and 10000"}
+	}
+	switch {
+	case cfg.PollInterval == 0:
+		cfg.PollInterval = time.Second
+	case cfg.PollInterval < time.Millisecond:
+		return cfg, &ConfigError{Field: "PollInterval", Reason: "must be at least 1ms"}
+	}
+	switch {
+	case cfg.ReconnectDelay == 0:
+		cfg.ReconnectDelay = time.Second
+	case cfg.ReconnectDelay < 0:
+		return cfg, &ConfigError{Field: "ReconnectDelay", Reason: "must not be negative"}
+	}
+	switch {
+	case cfg.MaxAttempts == 0:
+		cfg.MaxAttempts = 5
+	case cfg.MaxAttempts < 1:
+		return cfg, &ConfigError{Field: "MaxAttempts", Reason: "must be at least 1"}
+	}
+	switch {
+	case cfg.RetryDelay == 0:
+		cfg.RetryDelay = 100 * time.Millisecond
+	case cfg.RetryDelay < 0:
+		return cfg, &ConfigError{Field: "RetryDelay", Reason: "must not be negative"}
+	}
+	switch {
+	case cfg.MaxRetryDelay == 0:
+		cfg.MaxRetryDelay = max(30*time.Second, cfg.RetryDelay)
+	case cfg.MaxRetryDelay < cfg.RetryDelay:
+		return cfg, &ConfigError{Field: "MaxRetryDelay", Reason: "must be at least RetryDelay"}
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = time.Now
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	return cfg, nil
+}
+
+// filterText renders the log filter for operators.
+func (c *Config) filterText() string {
+	var parts []string
+	add := func(k string, v []string) {
+		if len(v) > 0 {
+			parts = append(parts, k+":"+strings.Join(v, ","))
+		}
+	}
+	add("events", c.EventTypes)
+	add("streams", c.StreamTypes)
+	add("tenants", c.Tenants)
+	if c.Select != nil {
+		parts = append(parts, "select")
+	}
+	if len(parts) == 0 {
+		return "*"
+	}
+	return strings.Join(parts, ";")
+}
+
+// notifier is implemented by stores that send a wake-up after each append commits (eventstore.PostgresStore).
+type notifier interface {
+	NotifyChannel() string
+	Pool() *pgxpool.Pool
+}

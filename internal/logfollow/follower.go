@@ -1,0 +1,507 @@
+package logfollow
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/stagehand-es/stagehand/eventstore"
+	"github.com/stagehand-es/stagehand/internal/lease"
+	"github.com/stagehand-es/stagehand/internal/pgnotify"
+)
+
+// Follower follows the global log under a lease and hands batches to a Handler, advancing its checkpoint in the
+// handler's transaction. See the package documentation for the contract.
+type Follower struct {
+	pool    *pgxpool.Pool
+	store   eventstore.Store
+	handler Handler
+	cfg     Config
+	leases  *lease.Manager
+	table   string
+	filter  string
+
+	running atomic.Bool
+	wake    chan struct{}
+}
+
+// New returns a Follower that reads store and keeps its checkpoint (and takes its lease) on pool. store may be
+// any eventstore.Store, including the in-memory one; pool must reach a database migrated with stagehand.Migrate.
+// Neither is closed by the Follower.
+func New(pool *pgxpool.Pool, store eventstore.Store, h Handler, cfg *Config) (*Follower, error) {
+	switch {
+	case pool == nil:
+		return nil, &ConfigError{Field: "pool", Reason: "must not be nil"}
+	case store == nil:
+		return nil, &ConfigError{Field: "store", Reason: "must not be nil"}
+	case h == nil:
+		return nil, &ConfigError{Field: "handler", Reason: "must not be nil"}
+	}
+	c, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	leases, err := lease.New(pool, &lease.Config{Schema: c.Schema, Owner: c.Owner, TTL: c.LeaseTTL,
+		RenewInterval: c.LeaseRenewInterval, AcquireInterval: c.LeaseAcquireInterval, Logger: c.Logger})
+	if err != nil {
+		var le *lease.ConfigError
+		if errors.As(err, &le) {
+			return nil, &ConfigError{Field: "Lease" + le.Field, Reason: le.Reason}
+		}
+		return nil, err
+	}
+	return &Follower{pool: pool, store: store, handler: h, cfg: c, leases: leases,
+		table: pgx.Identifier{c.Schema, "checkpoints"}.Sanitize(), filter: c.filterText(),
+		wake: make(chan struct{}, 1)}, nil
+}
+
+// Name returns the follower's name.
+func (f *Follower) Name() string { return f.cfg.Name }
+
+// Wake makes a waiting follower read the log now, for stores without notifications (the in-memory store) or
+// after an in-process change. It never blocks.
+func (f *Follower) Wake() {
+	select {
+	case f.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Run follows the log until ctx ends (returning nil) or a record exhausts its attempts with no OnExhausted set
+// (returning a *HandlerError). While another process holds the follower's lease, Run waits as a standby and
+// takes over when that lease is released or expires. Run may be called again after it returns.
+func (f *Follower) Run(ctx context.Context) error {
+	if !f.running.CompareAndSwap(false, true) {
+		return fmt.Errorf("%w: %s", ErrAlreadyRunning, f.cfg.Name)
+	}
+	defer f.running.Store(false)
+	var notified <-chan struct{}
+	if n, ok := f.store.(notifier); ok && !f.cfg.DisableListen && n.Pool() != nil {
+		w, stop := pgnotify.Listen(ctx, n.Pool(), n.NotifyChannel(), f.cfg.ReconnectDelay, f.cfg.Logger)
+		defer stop()
+		notified = w
+	}
+	return f.leases.Run(ctx, LeasePrefix+f.cfg.Name, func(ctx context.Context, l lease.Lease) error {
+		return f.follow(ctx, l, notified)
+	})
+}
+
+// progress is the follower's view while it holds the lease.
+type progress struct {
+	pos          int64
+	reset        bool  // a reset was requested
+	reload       bool  // re-read the checkpoint row before the next page
+	isolateUntil int64 // after a failed batch: one record per transaction up to this position
+	failPos      int64 // the record being retried
+	attempts     int
+	infraDelay   time.Duration
+}
+
+func (f *Follower) follow(ctx context.Context, l lease.Lease, notified <-chan struct{}) error {
+	var p progress
+	for {
+		err := f.start(ctx, &p)
+		if err == nil {
+			break
+		}
+		if !f.pause(ctx, &p, err, "start") {
+			return nil
+		}
+	}
+	f.cfg.Logger.InfoContext(ctx, "stagehand: log follower running", "name", f.cfg.Name, "position", p.pos,
+		"token", l.Token)
+	err := f.loop(ctx, l, &p, notified)
+	f.setState(ctx, l, err)
+	return err
+}
+
+func (f *Follower) loop(ctx context.Context, l lease.Lease, p *progress, notified <-chan struct{}) error {
+	for {
+		if ctx.Err() != nil {
+			return nil
+		}
+		if p.reload {
+			if err := f.load(ctx, p); err != nil {
+				if !f.pause(ctx, p, err, "read checkpoint") {
+					return nil
+				}
+				continue
+			}
+			p.reload = false
+		}
+		if p.reset {
+			if err := f.reset(ctx, l, p); err != nil {
+				if errors.Is(err, lease.ErrFenced) {
+					return err
+				}
+				if !f.pause(ctx, p, err, "reset") {
+					return nil
+				}
+			}
+			continue
+		}
+		page, err := f.store.ReadLog(ctx, eventstore.LogQuery{After: p.pos, Limit: f.cfg.BatchSize,
+			EventTypes: f.cfg.EventTypes, StreamTypes: f.cfg.StreamTypes, Tenants: f.cfg.Tenants})
+		if err != nil {
+			if !f.pause(ctx, p, err, "read log") {
+				return nil
+			}
+			continue
+		}
+		recs, last := f.batch(p, page)
+		if last <= p.pos {
+			f.wait(ctx, notified)
+			p.reload = true // notice resets and operator changes made while idle
+			continue
+		}
+		err = f.commit(ctx, l, p, recs, last)
+		switch {
+		case err == nil:
+			p.pos, p.infraDelay = last, 0
+			if p.failPos != 0 && p.failPos <= last {
+				p.failPos, p.attempts = 0, 0
+			}
+		case errors.Is(err, lease.ErrFenced):
+			return err
+		case errors.Is(err, errMoved):
+			p.reload = true
+		case isHandlerFailure(err):
+			if stop := f.failed(ctx, l, p, recs, err); stop != nil {
+				return stop
+			}
+		default:
+			if !f.pause(ctx, p, err, "commit") {
+				return nil
+			}
+		}
+	}
+}
+
+// batch selects the records of a page to handle and the position the checkpoint moves to.
+func (f *Follower) batch(p *progress, page eventstore.LogPage) ([]eventstore.Record, int64) {
+	recs := page.Records
+	if f.cfg.Select != nil {
+		kept := recs[:0:0]
+		for _, r := range recs {
+			if f.cfg.Select(r) {
+				kept = append(kept, r)
+			}
+		}
+		recs = kept
+	}
+	last := page.Last
+	if p.pos < p.isolateUntil && len(recs) > 1 {
+		recs, last = recs[:1], recs[0].Position
+	}
+	return recs, last
+}
+
+var errMoved = errors.New("logfollow: checkpoint moved by someone else")
+
+type handlerFailure struct {
+	err   error
+	infra bool // the connection or the context failed, not the handler's logic
+}
+
+func (h *handlerFailure) Error() string { return h.err.Error() }
+func (h *handlerFailure) Unwrap() error { return h.err }
+
+func isHandlerFailure(err error) bool {
+	var hf *handlerFailure
+	return errors.As(err, &hf)
+}
+
+// commit handles recs and moves the checkpoint from p.pos to last in one fenced transaction.
+func (f *Follower) commit(ctx context.Context, l lease.Lease, p *progress, recs []eventstore.Record,
+	last int64) error {
+	tx, err := f.pool.Begin(ctx)
+	if err != nil {
+		return fmt.Errorf("logfollow: begin: %w", err)
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	var lastEventAt *time.Time
+	if len(recs) > 0 {
+		if err := f.handle(ctx, tx, recs); err != nil {
+			return &handlerFailure{err: err, infra: ctx.Err() != nil || tx.Conn().IsClosed() || isConnErr(err)}
+		}
+		t := recs[len(recs)-1].RecordedAt
+		lastEventAt = &t
+	}
+	if err := lease.CheckTx(ctx, tx, f.cfg.Schema, l); err != nil {
+		return err
+	}
+	if err := f.advance(ctx, tx, p, last, lastEventAt); err != nil {
+		return err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return fmt.Errorf("logfollow: commit checkpoint %d: %w", last, err)
+	}
+	return nil
+}
+
+func (f *Follower) handle(ctx context.Context, tx pgx.Tx, recs []eventstore.Record) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("handler panicked: %v", r)
+		}
+	}()
+	return f.handler(ctx, tx, recs)
+}
+
+// advance moves the checkpoint from p.pos to last in tx, and notes a reset request.
+func (f *Follower) advance(ctx context.Context, tx pgx.Tx, p *progress, last int64, lastEventAt *time.Time) error {
+	err := tx.QueryRow(ctx, `UPDATE `+f.table+` SET position = $2, last_event_at = coalesce($3, last_event_at),
+			failing_position = CASE WHEN failing_position <= $2 THEN NULL ELSE failing_position END,
+			attempts = CASE WHEN failing_position <= $2 THEN 0 ELSE attempts END,
+			state = 'running', updated_at = now()
+		WHERE name = $1 AND position = $4 RETURNING reset_requested`,
+		f.cfg.Name, last, lastEventAt, p.pos).Scan(&p.reset)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return errMoved
+	}
+	if err != nil {
+		return fmt.Errorf("logfollow: advance checkpoint to %d: %w", last, err)
+	}
+	return nil
+}
+
+// failed deals with a handler failure; it returns non-nil when the follower must stop.
+func (f *Follower) failed(ctx context.Context, l lease.Lease, p *progress, recs []eventstore.Record,
+	err error) error {
+	var hf *handlerFailure
+	errors.As(err, &hf)
+	if hf.infra {
+		f.pause(ctx, p, hf.err, "handle")
+		return nil
+	}
+	if len(recs) > 1 {
+		// Find the failing record: one record per transaction up to the end of this batch.
+		p.isolateUntil = recs[len(recs)-1].Position
+		f.cfg.Logger.DebugContext(ctx, "stagehand: batch failed; isolating the failing event", "name", f.cfg.Name,
+			"from", recs[0].Position, "to", p.isolateUntil, "error", hf.err)
+		return nil
+	}
+	rec := recs[0]
+	if p.failPos != rec.Position {
+		p.failPos, p.attempts = rec.Position, 0
+	}
+	p.attempts++
+	f.noteError(ctx, rec.Position, p.attempts, hf.err)
+	exhausted := p.attempts >= f.cfg.MaxAttempts || errors.Is(hf.err, ErrPermanent)
+	f.cfg.Logger.WarnContext(ctx, "stagehand: log follower handler failed", "name", f.cfg.Name,
+		"position", rec.Position, "event_type", rec.Type, "attempt", p.attempts, "exhausted", exhausted,
+		"error", hf.err)
+	if !exhausted {
+		delay := f.cfg.RetryDelay << min(p.attempts-1, 30)
+		if delay > f.cfg.MaxRetryDelay || delay <= 0 {
+			delay = f.cfg.MaxRetryDelay
+		}
+		sleep(ctx, delay)
+		return nil
+	}
+	herr := &HandlerError{Name: f.cfg.Name, Record: rec, Attempts: p.attempts, Err: hf.err}
+	if f.cfg.OnExhausted == nil {
+		return herr
+	}
+	for ctx.Err() == nil {
+		err := f.giveUp(ctx, l, p, rec, hf.err)
+		switch {
+		case err == nil:
+			p.pos, p.failPos, p.attempts = rec.Position, 0, 0
+			return nil
+		case errors.Is(err, lease.ErrFenced):
+			return err
+		case errors.Is(err, errMoved):
+			p.reload = true
+			return nil
+		}
+		if !f.pause(ctx, p, err, "give up on event") {
+			return nil
+		}
+	}
+	return nil
+}
+
+// giveUp runs OnExhausted for rec and moves the checkpoint past it, in one fenced transaction.
+func (f *Follower) giveUp(ctx context.Context, l lease.Lease, p *progress, rec eventstore.Record,
+	cause error) error {
+	tx, err := f.pool.Begin(ctx)
+	if err != nil {
+		return fmt.Errorf("logfollow: begin: %w", err)
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	if err := f.cfg.OnExhausted(ctx, tx, rec, cause); err != nil {
+		return fmt.Errorf("logfollow: OnExhausted for position %d: %w", rec.Position, err)
+	}
+	if err := lease.CheckTx(ctx, tx, f.cfg.Schema, l); err != nil {
+		return err
+	}
+	if err := f.advance(ctx, tx, p, rec.Position, nil); err != nil {
+		return err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return fmt.Errorf("logfollow: commit: %w", err)
+	}
+	return nil
+}
+
+// noteError records the failing position and its error for status readers (best effort, not fenced: it
+// changes no position).
+func (f *Follower) noteError(ctx context.Context, pos int64, attempts int, err error) {
+	_, qerr := f.pool.Exec(ctx, `UPDATE `+f.table+` SET last_error = $2, last_error_at = now(),
+		failing_position = $3, attempts = $4, updated_at = now() WHERE name = $1`,
+		f.cfg.Name, err.Error(), pos, attempts)
+	if qerr != nil && ctx.Err() == nil {
+		f.cfg.Logger.DebugContext(ctx, "stagehand: could not record a handler error", "name", f.cfg.Name,
+			"error", qerr)
+	}
+}
+
+// setState records why the follower stopped holding the lease: failed (with the error) or stopped. It is fenced,
+// so a follower that lost its lease does not overwrite its successor's state.
+func (f *Follower) setState(ctx context.Context, l lease.Lease, runErr error) {
+	if errors.Is(runErr, lease.ErrLost) {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	state, msg := "stopped", (*string)(nil)
+	if runErr != nil {
+		state = "failed"
+		s := runErr.Error()
+		msg = &s
+	}
+	err := pgx.BeginFunc(ctx, f.pool, func(tx pgx.Tx) error {
+		if err := lease.CheckTx(ctx, tx, f.cfg.Schema, l); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, `UPDATE `+f.table+` SET state = $2, last_error = coalesce($3, last_error),
+			last_error_at = CASE WHEN $3::text IS NULL THEN last_error_at ELSE now() END, updated_at = now()
+			WHERE name = $1`, f.cfg.Name, state, msg)
+		return err
+	})
+	if err != nil {
+		f.cfg.Logger.DebugContext(ctx, "stagehand: could not record the follower's state", "name", f.cfg.Name,
+			"error", err)
+	}
+}
+
+// start creates or updates the checkpoint row and loads it.
+func (f *Follower) start(ctx context.Context, p *progress) error {
+	err := f.pool.QueryRow(ctx, `INSERT INTO `+f.table+` AS c (name, kind, reset_group, filter, state)
+		VALUES ($1, $2, $3, $4, 'running')
+		ON CONFLICT (name) DO UPDATE SET kind = EXCLUDED.kind, reset_group = EXCLUDED.reset_group,
+			filter = EXCLUDED.filter, state = 'running', updated_at = now()
+		RETURNING position, reset_requested`, f.cfg.Name, f.cfg.Kind, f.cfg.ResetGroup, f.filter).
+		Scan(&p.pos, &p.reset)
+	if err != nil {
+		return fmt.Errorf("logfollow: start checkpoint %q (did you run stagehand.Migrate?): %w", f.cfg.Name, err)
+	}
+	return nil
+}
+
+func (f *Follower) load(ctx context.Context, p *progress) error {
+	err := f.pool.QueryRow(ctx, `SELECT position, reset_requested FROM `+f.table+` WHERE name = $1`,
+		f.cfg.Name).Scan(&p.pos, &p.reset)
+	if err != nil {
+		return fmt.Errorf("logfollow: read checkpoint %q: %w", f.cfg.Name, err)
+	}
+	return nil
+}
+
+// reset clears the follower's state (OnReset) and sets every checkpoint of its reset group back to the start,
+// in one transaction that holds the lease and locks the group's checkpoint rows.
+func (f *Follower) reset(ctx context.Context, l lease.Lease, p *progress) error {
+	tx, err := f.pool.Begin(ctx)
+	if err != nil {
+		return fmt.Errorf("logfollow: begin: %w", err)
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	var requested bool
+	if err := tx.QueryRow(ctx, `SELECT coalesce(bool_or(reset_requested), false) FROM (SELECT reset_requested
+		FROM `+f.table+` WHERE reset_group = $1 ORDER BY name FOR UPDATE) g`, f.cfg.ResetGroup).
+		Scan(&requested); err != nil {
+		return fmt.Errorf("logfollow: lock reset group %q: %w", f.cfg.ResetGroup, err)
+	}
+	if requested {
+		if err := lease.CheckTx(ctx, tx, f.cfg.Schema, l); err != nil {
+			return err
+		}
+		if f.cfg.OnReset != nil {
+			if err := f.cfg.OnReset(ctx, tx); err != nil {
+				return fmt.Errorf("logfollow: OnReset: %w", err)
+			}
+		}
+		if _, err := tx.Exec(ctx, `UPDATE `+f.table+` SET position = 0, reset_requested = false,
+			failing_position = NULL, attempts = 0, last_event_at = NULL, updated_at = now()
+			WHERE reset_group = $1`, f.cfg.ResetGroup); err != nil {
+			return fmt.Errorf("logfollow: reset checkpoints of %q: %w", f.cfg.ResetGroup, err)
+		}
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return fmt.Errorf("logfollow: commit reset: %w", err)
+	}
+	if requested {
+		f.cfg.Logger.InfoContext(ctx, "stagehand: log follower reset to the start", "name", f.cfg.Name,
+			"group", f.cfg.ResetGroup)
+	}
+	p.reset, p.reload = false, true
+	p.failPos, p.attempts, p.isolateUntil = 0, 0, 0
+	return nil
+}
+
+// pause logs an infrastructure error and waits with a growing delay (up to PollInterval). It returns false when
+// ctx ended.
+func (f *Follower) pause(ctx context.Context, p *progress, err error, what string) bool {
+	if ctx.Err() != nil {
+		return false
+	}
+	p.infraDelay = min(max(2*p.infraDelay, 50*time.Millisecond), f.cfg.PollInterval)
+	f.cfg.Logger.WarnContext(ctx, "stagehand: log follower error; retrying", "name", f.cfg.Name, "step", what,
+		"retry_in", p.infraDelay, "error", err)
+	p.reload = true
+	return sleep(ctx, p.infraDelay)
+}
+
+func (f *Follower) wait(ctx context.Context, notified <-chan struct{}) {
+	t := time.NewTimer(f.cfg.PollInterval)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-notified:
+	case <-f.wake:
+	case <-t.C:
+	}
+}
+
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+// isConnErr reports errors of the connection rather than of a statement.
+func isConnErr(err error) bool {
+	var ce *pgconn.ConnectError
+	if errors.As(err, &ce) || pgconn.Timeout(err) || errors.Is(err, context.Canceled) ||
+		errors.Is(err, context.DeadlineExceeded) {
+		return true
+	}
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		// Class 08 (connection exception), 57P01-57P03 (admin shutdown, crash shutdown, cannot connect now).
+		return pe.Code[:2] == "08" || pe.Code == "57P01" || pe.Code == "57P02" || pe.Code == "57P03"
+	}
+	return false
+}

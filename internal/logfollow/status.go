@@ -1,0 +1,146 @@
+package logfollow
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/stagehand-es/stagehand/eventstore"
+	"github.com/stagehand-es/stagehand/internal/lease"
+)
+
+// State is what a follower is doing, as seen from the database.
+type State string
+
+const (
+	// StateRunning: a process holds the follower's lease and follows the log.
+	StateRunning State = "running"
+	// StateStopped: no process holds the lease (stopped gracefully, or died and its lease expired).
+	StateStopped State = "stopped"
+	// StateFailed: the follower stopped because an event exhausted its attempts; LastError says why.
+	StateFailed State = "failed"
+)
+
+// Checkpoint is a follower's checkpoint row and lease, for status listings (CLI, health checks).
+type Checkpoint struct {
+	Name       string
+	Kind       string
+	ResetGroup string
+	Filter     string
+	Position   int64
+	State      State
+	// LastError is the last handler error (kept after recovery, with its time).
+	LastError   string
+	LastErrorAt time.Time
+	// FailingPosition is the event being retried (0 when none) and Attempts how many times it failed so far.
+	FailingPosition int64
+	Attempts        int
+	ResetRequested  bool
+	// LastEventAt is when the last handled event was recorded; UpdatedAt when the row last changed.
+	LastEventAt time.Time
+	UpdatedAt   time.Time
+	// Owner and Token describe the lease (empty / 0 when it was never taken); Held whether it is held now.
+	Owner string
+	Token int64
+	Held  bool
+}
+
+// DB is what the status queries need; *pgxpool.Pool, *pgx.Conn and pgx.Tx satisfy it.
+type DB = lease.DB
+
+// List returns the checkpoints of kind ("" for all), by name, read from the database (not from in-process state),
+// so a CLI or a health check in another process sees every follower.
+func List(ctx context.Context, db DB, schema, kind string) ([]Checkpoint, error) {
+	rows, err := db.Query(ctx, `SELECT c.name, c.kind, c.reset_group, c.filter, c.position, c.state,
+			coalesce(c.last_error, ''), c.last_error_at, coalesce(c.failing_position, 0), c.attempts,
+			c.reset_requested, c.last_event_at, c.updated_at, coalesce(l.owner, ''), coalesce(l.token, 0),
+			coalesce(l.expires_at > now(), false)
+		FROM `+pgx.Identifier{schema, "checkpoints"}.Sanitize()+` c
+		LEFT JOIN `+pgx.Identifier{schema, "leases"}.Sanitize()+` l ON l.name = $2 || c.name
+		WHERE $1 = '' OR c.kind = $1 ORDER BY c.name`, kind, LeasePrefix)
+	if err != nil {
+		return nil, fmt.Errorf("logfollow: list checkpoints: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Checkpoint, error) {
+		var c Checkpoint
+		var state string
+		var errAt, evAt *time.Time
+		err := r.Scan(&c.Name, &c.Kind, &c.ResetGroup, &c.Filter, &c.Position, &state, &c.LastError, &errAt,
+			&c.FailingPosition, &c.Attempts, &c.ResetRequested, &evAt, &c.UpdatedAt, &c.Owner, &c.Token, &c.Held)
+		if errAt != nil {
+			c.LastErrorAt = errAt.UTC()
+		}
+		if evAt != nil {
+			c.LastEventAt = evAt.UTC()
+		}
+		c.UpdatedAt = c.UpdatedAt.UTC()
+		switch {
+		case state == string(StateFailed):
+			c.State = StateFailed
+		case c.Held:
+			c.State = StateRunning
+		default:
+			c.State = StateStopped
+		}
+		return c, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("logfollow: list checkpoints: %w", err)
+	}
+	return out, nil
+}
+
+// RequestReset asks every follower of a reset group to start again from the beginning of the log. The holder of
+// a follower's lease performs it (OnReset, then position 0) within about a PollInterval; a follower that is not
+// running does it when it next starts. It returns how many checkpoints were marked (0 when the group never ran).
+func RequestReset(ctx context.Context, db DB, schema, group string) (int64, error) {
+	tag, err := db.Exec(ctx, `UPDATE `+pgx.Identifier{schema, "checkpoints"}.Sanitize()+`
+		SET reset_requested = true, updated_at = now() WHERE reset_group = $1`, group)
+	if err != nil {
+		return 0, fmt.Errorf("logfollow: request reset of %q: %w", group, err)
+	}
+	return tag.RowsAffected(), nil
+}
+
+// Lag is how far a follower is behind the head of the log.
+type Lag struct {
+	// Position is the checkpoint; Head the highest committed position.
+	Position, Head int64
+	// Events is Head - Position: the positions still ahead (events filtered out, or holes left by aborted
+	// appends, count too, so it is an upper bound on the events left to handle; 0 means caught up).
+	Events int64
+	// Time is how long the oldest event still ahead has been waiting (0 when caught up).
+	Time time.Duration
+}
+
+// LagAt computes the lag of a checkpoint at position against store. now is the clock to measure time lag with.
+func LagAt(ctx context.Context, store eventstore.Store, position int64, now time.Time) (Lag, error) {
+	head, err := store.HeadPosition(ctx)
+	if err != nil {
+		return Lag{}, err
+	}
+	lag := Lag{Position: position, Head: head, Events: max(head-position, 0)}
+	if lag.Events > 0 {
+		page, err := store.ReadLog(ctx, eventstore.LogQuery{After: position, Limit: 1})
+		if err != nil {
+			return Lag{}, err
+		}
+		if len(page.Records) > 0 {
+			lag.Time = max(now.Sub(page.Records[0].RecordedAt), 0)
+		}
+	}
+	return lag, nil
+}
+
+// Lag reads the follower's checkpoint from the database and measures its lag against the store.
+func (f *Follower) Lag(ctx context.Context) (Lag, error) {
+	var pos int64
+	err := f.pool.QueryRow(ctx, `SELECT coalesce((SELECT position FROM `+f.table+` WHERE name = $1), 0)`,
+		f.cfg.Name).Scan(&pos)
+	if err != nil {
+		return Lag{}, fmt.Errorf("logfollow: read checkpoint %q: %w", f.cfg.Name, err)
+	}
+	return LagAt(ctx, f.store, pos, f.cfg.Clock())
+}
