@@ -409,17 +409,10 @@ func encodeMetadata(m Metadata) (string, error) {
 	return string(b), nil
 }
 
-const recordColumns = `position, tenant_id, stream_id, stream_type, version, event_id, event_type, event_version,
-	payload, metadata, occurred_at, recorded_at`
-
-func scanRecord(row pgx.Row, r *Record) error {
-	var meta []byte
-	if err := row.Scan(&r.Position, &r.Tenant, &r.StreamID, &r.StreamType, &r.Version, &r.EventID, &r.Type,
-		&r.TypeVersion, &r.Payload, &meta, &r.OccurredAt, &r.RecordedAt); err != nil {
-		return err
-	}
+// finishRecord normalises times to UTC and decodes the metadata column.
+func finishRecord(r *Record, meta []byte) error {
 	r.OccurredAt, r.RecordedAt = r.OccurredAt.UTC(), r.RecordedAt.UTC()
-	if len(meta) > 2 {
+	if len(meta) > 2 { // "{}" carries nothing
 		if err := json.Unmarshal(meta, &r.Metadata); err != nil {
 			return fmt.Errorf("decode metadata of event at position %d: %w", r.Position, err)
 		}
@@ -430,7 +423,8 @@ func scanRecord(row pgx.Row, r *Record) error {
 // ReadStream implements Store.
 func (s *PostgresStore) ReadStream(ctx context.Context, tenant, streamID string, fromVersion int64) ([]Record, error) {
 	tenant = tenantOrDefault(tenant)
-	rows, err := s.pool.Query(ctx, `SELECT `+recordColumns+` FROM `+s.t.events+`
+	rows, err := s.pool.Query(ctx, `SELECT position, stream_type, version, event_id, event_type, event_version,
+			payload, metadata, occurred_at, recorded_at FROM `+s.t.events+`
 		WHERE tenant_id = $1 AND stream_id = $2 AND version >= $3 ORDER BY version`, tenant, streamID, fromVersion)
 	if err != nil {
 		return nil, fmt.Errorf("eventstore: read stream %q: %w", streamID, err)
@@ -438,8 +432,13 @@ func (s *PostgresStore) ReadStream(ctx context.Context, tenant, streamID string,
 	defer rows.Close()
 	var out []Record
 	for rows.Next() {
-		var r Record
-		if err := scanRecord(rows, &r); err != nil {
+		r := Record{Tenant: tenant, StreamID: streamID}
+		var meta []byte
+		if err := rows.Scan(&r.Position, &r.StreamType, &r.Version, &r.EventID, &r.Type, &r.TypeVersion, &r.Payload,
+			&meta, &r.OccurredAt, &r.RecordedAt); err != nil {
+			return nil, fmt.Errorf("eventstore: read stream %q: %w", streamID, err)
+		}
+		if err := finishRecord(&r, meta); err != nil {
 			return nil, fmt.Errorf("eventstore: read stream %q: %w", streamID, err)
 		}
 		out = append(out, r)

@@ -2,7 +2,6 @@ package eventstore
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"time"
 )
@@ -75,12 +74,9 @@ func (s *PostgresStore) readPage(ctx context.Context, q LogQuery, limit int) ([]
 			&r.Type, &r.TypeVersion, &r.Payload, &meta, &r.OccurredAt, &r.RecordedAt); err != nil {
 			return nil, fmt.Errorf("eventstore: read log after %d: %w", q.After, err)
 		}
-		if rp.match && len(meta) > 2 {
-			if err := json.Unmarshal(meta, &r.Metadata); err != nil {
-				return nil, fmt.Errorf("eventstore: decode metadata at position %d: %w", r.Position, err)
-			}
+		if err := finishRecord(r, meta); err != nil {
+			return nil, fmt.Errorf("eventstore: read log: %w", err)
 		}
-		r.OccurredAt, r.RecordedAt = r.OccurredAt.UTC(), r.RecordedAt.UTC()
 		rp.Position = r.Position
 		out = append(out, rp)
 	}
