@@ -67,10 +67,10 @@ type Config struct {
 	RetryDelay time.Duration
 	// MaxRetryDelay caps the delay between attempts. Default 30s; at least RetryDelay.
 	MaxRetryDelay time.Duration
-	// OnExhausted, when set, is called in a transaction that moves the checkpoint past rec once rec has failed
-	// MaxAttempts times (or returned an error wrapped by Permanent): record it there (for example, park it).
-	// When nil, Run stops and returns a *HandlerError. An event is never skipped silently.
-	OnExhausted func(ctx context.Context, tx pgx.Tx, rec eventstore.Record, err error) error
+	// OnExhausted, when set, is called in a transaction that moves the checkpoint past failure.Record once that
+	// record has failed MaxAttempts times (or returned an error wrapped by Permanent): record it there (for
+	// example, park it). When nil, Run stops and returns the *HandlerError. A record is never skipped silently.
+	OnExhausted func(ctx context.Context, tx pgx.Tx, failure *HandlerError) error
 	// OnReset is called in the transaction that resets the checkpoint to the start (RequestReset), after the
 	// lease and the checkpoint rows of the reset group are locked: clear the follower's own tables there.
 	OnReset func(ctx context.Context, tx pgx.Tx) error

@@ -310,7 +310,7 @@ func (f *Follower) failed(ctx context.Context, l lease.Lease, p *progress, recs 
 		return herr
 	}
 	for ctx.Err() == nil {
-		err := f.giveUp(ctx, l, p, rec, hf.err)
+		err := f.giveUp(ctx, l, p, herr)
 		switch {
 		case err == nil:
 			p.pos, p.failPos, p.attempts = rec.Position, 0, 0
@@ -328,15 +328,15 @@ func (f *Follower) failed(ctx context.Context, l lease.Lease, p *progress, recs 
 	return nil
 }
 
-// giveUp runs OnExhausted for rec and moves the checkpoint past it, in one fenced transaction.
-func (f *Follower) giveUp(ctx context.Context, l lease.Lease, p *progress, rec eventstore.Record,
-	cause error) error {
+// giveUp runs OnExhausted for the failed record and moves the checkpoint past it, in one fenced transaction.
+func (f *Follower) giveUp(ctx context.Context, l lease.Lease, p *progress, herr *HandlerError) error {
+	rec := herr.Record
 	tx, err := f.pool.Begin(ctx)
 	if err != nil {
 		return fmt.Errorf("logfollow: begin: %w", err)
 	}
 	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
-	if err := f.cfg.OnExhausted(ctx, tx, rec, cause); err != nil {
+	if err := f.cfg.OnExhausted(ctx, tx, herr); err != nil {
 		return fmt.Errorf("logfollow: OnExhausted for position %d: %w", rec.Position, err)
 	}
 	if err := lease.CheckTx(ctx, tx, f.cfg.Schema, l); err != nil {

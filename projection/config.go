@@ -1,0 +1,143 @@
+package projection
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/stagehand-es/stagehand"
+	"github.com/stagehand-es/stagehand/aggregate"
+)
+
+// FailureMode says what a projection does with an event whose handler failed MaxAttempts times.
+type FailureMode int
+
+const (
+	// Stop stops the projection (Run returns a *HandlerError; status "failed") with the checkpoint just before
+	// the event. Nothing after it is applied until the cause is fixed and the projection restarted. The default.
+	Stop FailureMode = iota
+	// Park records the event in the parked table (ListParked) in the transaction that moves the checkpoint past
+	// it, and goes on with the next events. Parked events can be replayed (ReplayParked) or discarded.
+	Park
+)
+
+// String returns "stop" or "park".
+func (m FailureMode) String() string {
+	switch m {
+	case Stop:
+		return "stop"
+	case Park:
+		return "park"
+	}
+	return fmt.Sprintf("FailureMode(%d)", int(m))
+}
+
+// Config configures a Projection. Name is required; every other field has a default.
+type Config struct {
+	// Name identifies the projection: its checkpoint, its lease and its parked events. Required; it must not
+	// contain '#'. Renaming a projection starts it from scratch.
+	Name string
+	// Schema holding stagehand's tables (created by stagehand.Migrate). Default "stagehand".
+	Schema string
+
+	// EventTypes, StreamTypes and Tenants filter the log: the handler sees only matching events. Empty means
+	// all. Filter to what the projection reads: with a Registry, every event it sees must decode.
+	EventTypes, StreamTypes, Tenants []string
+	// Registry decodes each event into its current Go type (Event.Data), upcasting older versions. An event that
+	// cannot be decoded fails at once (it is not retried) and is parked or stops the projection. Default: the
+	// Mux's registry when the handler is a *Mux, else none (Event.Data is nil).
+	Registry *aggregate.Registry
+
+	// Partitions runs the projection as N workers, each with its own checkpoint and lease, that split the
+	// streams by a hash of (tenant, stream ID): the events of one stream are applied in order by one worker,
+	// and streams in different partitions progress independently. Default 1 (no partitioning). Changing it
+	// requires a Rebuild. At most 256.
+	Partitions int
+	// BatchSize is the most log positions read per page, and so the most events applied per transaction.
+	// Default 1000; 1 to 10000.
+	BatchSize int
+	// PollInterval is how often the log is polled when no notification arrives. Default 1s; at least 1ms.
+	PollInterval time.Duration
+	// DisableListen turns off LISTEN/NOTIFY wake-ups (polling only). Default false.
+	DisableListen bool
+
+	// OnFailure is what happens after MaxAttempts failures of one event: Stop (default) or Park.
+	OnFailure FailureMode
+	// MaxAttempts is how many times an event is handled before OnFailure applies. Default 5; at least 1.
+	MaxAttempts int
+	// RetryDelay is the wait before the second attempt; it doubles per attempt. Default 100ms.
+	RetryDelay time.Duration
+	// MaxRetryDelay caps the delay between attempts. Default 30s; at least RetryDelay.
+	MaxRetryDelay time.Duration
+
+	// Owner names this process in the leases table. Default: host name, process ID and a random suffix.
+	Owner string
+	// LeaseTTL bounds how long a dead process keeps the projection (or one partition) from running elsewhere.
+	// Default 15s; at least 100ms.
+	LeaseTTL time.Duration
+	// LeaseRenewInterval is how often the lease is renewed. Default LeaseTTL/3; less than LeaseTTL.
+	LeaseRenewInterval time.Duration
+	// LeaseAcquireInterval is how often a standby process tries to take over. Default 1s.
+	LeaseAcquireInterval time.Duration
+
+	// Clock is used for time lag. Default time.Now.
+	Clock func() time.Time
+	// Logger receives diagnostics. Default: silent.
+	Logger *slog.Logger
+}
+
+// Errors of the projection package. Compare with errors.Is.
+var (
+	// ErrInvalidConfig: a projection or subscriber was configured with an invalid value.
+	ErrInvalidConfig = errors.New("projection: invalid configuration")
+	// ErrParkedNotFound: no parked event has the given ID.
+	ErrParkedNotFound = errors.New("projection: parked event not found")
+)
+
+// ConfigError names an invalid configuration field. It matches ErrInvalidConfig.
+type ConfigError struct {
+	Field  string
+	Reason string
+}
+
+func (e *ConfigError) Error() string {
+	return "projection: invalid configuration: " + e.Field + " " + e.Reason
+}
+
+// Is matches ErrInvalidConfig.
+func (e *ConfigError) Is(target error) bool { return target == ErrInvalidConfig }
+
+func (c *Config) withDefaults() (Config, error) {
+	if c == nil {
+		return Config{}, &ConfigError{Field: "Name", Reason: "is required"}
+	}
+	cfg := *c
+	switch {
+	case strings.TrimSpace(cfg.Name) == "":
+		return cfg, &ConfigError{Field: "Name", Reason: "is required"}
+	case strings.Contains(cfg.Name, "#"):
+		return cfg, &ConfigError{Field: "Name", Reason: "must not contain '#' (it separates partition names)"}
+	}
+	if cfg.Schema == "" {
+		cfg.Schema = stagehand.DefaultSchema
+	}
+	switch {
+	case cfg.Partitions == 0:
+		cfg.Partitions = 1
+	case cfg.Partitions < 1 || cfg.Partitions > 256:
+		return cfg, &ConfigError{Field: "Partitions", Reason: "must be between 1 and 256"}
+	}
+	if cfg.OnFailure != Stop && cfg.OnFailure != Park {
+		return cfg, &ConfigError{Field: "OnFailure", Reason: "must be Stop or Park"}
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = time.Now
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	// The remaining fields are validated (and defaulted) by the log follower; its errors are translated.
+	return cfg, nil
+}

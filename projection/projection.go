@@ -1,0 +1,228 @@
+package projection
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/stagehand-es/stagehand/aggregate"
+	"github.com/stagehand-es/stagehand/eventstore"
+	"github.com/stagehand-es/stagehand/internal/logfollow"
+)
+
+// Event is an event of the global log as a handler sees it.
+type Event struct {
+	eventstore.Record
+	// Data is the event decoded into its current Go type (after upcasting) when the projection has a Registry;
+	// nil otherwise.
+	Data any
+}
+
+// Handler applies events to a read model. Writes made through tx commit together with the projection's
+// checkpoint, exactly once. Handle is called for one event at a time, in log order (per stream in partitioned
+// mode); several events may share one transaction. An error rolls the whole transaction back and the event is
+// retried (Config.MaxAttempts, Config.OnFailure). Effects outside tx (HTTP calls, another database) are
+// at-least-once: they may be repeated after a crash or a retry.
+type Handler interface {
+	Handle(ctx context.Context, tx pgx.Tx, e Event) error
+}
+
+// HandlerFunc adapts a function to Handler.
+type HandlerFunc func(ctx context.Context, tx pgx.Tx, e Event) error
+
+// Handle implements Handler.
+func (f HandlerFunc) Handle(ctx context.Context, tx pgx.Tx, e Event) error { return f(ctx, tx, e) }
+
+// Resetter is implemented by handlers that can be rebuilt: Reset clears the read model (delete its rows, or
+// truncate its tables) in the transaction that also moves the checkpoint back to the start.
+type Resetter interface {
+	Reset(ctx context.Context, tx pgx.Tx) error
+}
+
+// HandlerError is returned by Run when an event failed MaxAttempts times under the Stop failure mode. It matches
+// errors.Is(err, ErrHandler) and unwraps to the handler's last error.
+type HandlerError = logfollow.HandlerError
+
+// ErrHandler matches the *HandlerError returned by Run in Stop mode.
+var ErrHandler = logfollow.ErrHandler
+
+// Projection follows the global log and applies it to a read model through a Handler. Create it with New and run
+// it with Run.
+type Projection struct {
+	pool      *pgxpool.Pool
+	store     eventstore.Store
+	handler   Handler
+	reg       *aggregate.Registry
+	cfg       Config
+	followers []*logfollow.Follower
+}
+
+const kind = "projection"
+
+// New returns a projection that reads store and keeps its checkpoint, lease and parked events on pool (which
+// must reach a database migrated with stagehand.Migrate; it is usually the pool of the read model and of
+// eventstore.PostgresStore). store may be any eventstore.Store, including the in-memory one. Neither is closed
+// by the projection.
+func New(pool *pgxpool.Pool, store eventstore.Store, h Handler, cfg *Config) (*Projection, error) {
+	if h == nil {
+		return nil, &ConfigError{Field: "handler", Reason: "must not be nil"}
+	}
+	c, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	p := &Projection{pool: pool, store: store, handler: h, reg: c.Registry, cfg: c}
+	if m, ok := h.(*Mux); ok && p.reg == nil {
+		p.reg = m.reg
+	}
+	if p.reg != nil {
+		if err := p.reg.Err(); err != nil {
+			return nil, &ConfigError{Field: "Registry", Reason: "has registration errors: " + err.Error()}
+		}
+	}
+	for i := range c.Partitions {
+		fc := &logfollow.Config{
+			Name: checkpointName(c.Name, i, c.Partitions), Kind: kind, ResetGroup: c.Name, Schema: c.Schema,
+			EventTypes: c.EventTypes, StreamTypes: c.StreamTypes, Tenants: c.Tenants,
+			BatchSize: c.BatchSize, PollInterval: c.PollInterval, DisableListen: c.DisableListen,
+			Owner: c.Owner, LeaseTTL: c.LeaseTTL, LeaseRenewInterval: c.LeaseRenewInterval,
+			LeaseAcquireInterval: c.LeaseAcquireInterval,
+			MaxAttempts:          c.MaxAttempts, RetryDelay: c.RetryDelay, MaxRetryDelay: c.MaxRetryDelay,
+			OnReset: p.reset, Clock: c.Clock, Logger: c.Logger.With("projection", c.Name),
+		}
+		if c.Partitions > 1 {
+			part, n := i, c.Partitions
+			fc.Select = func(r eventstore.Record) bool { return PartitionOf(r.Tenant, r.StreamID, n) == part }
+		}
+		if c.OnFailure == Park {
+			name := fc.Name
+			fc.OnExhausted = func(ctx context.Context, tx pgx.Tx, failure *HandlerError) error {
+				return p.park(ctx, tx, name, failure)
+			}
+		}
+		f, err := logfollow.New(pool, store, p.handle, fc)
+		if err != nil {
+			var fe *logfollow.ConfigError
+			if errors.As(err, &fe) {
+				return nil, &ConfigError{Field: fe.Field, Reason: fe.Reason}
+			}
+			return nil, err
+		}
+		p.followers = append(p.followers, f)
+	}
+	return p, nil
+}
+
+// checkpointName is the projection's name, or "name#i/n" for partition i of n.
+func checkpointName(name string, i, n int) string {
+	if n == 1 {
+		return name
+	}
+	return fmt.Sprintf("%s#%d/%d", name, i, n)
+}
+
+// PartitionOf returns the partition (0..n-1) of a stream in a projection with n partitions: FNV-1a of the
+// tenant and the stream ID. It is stable across processes and releases.
+func PartitionOf(tenant, streamID string, n int) int {
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(tenant))
+	_, _ = h.Write([]byte{0})
+	_, _ = h.Write([]byte(streamID))
+	return int(h.Sum32() % uint32(n))
+}
+
+// Name returns the projection's name.
+func (p *Projection) Name() string { return p.cfg.Name }
+
+// Run applies the log to the read model until ctx ends (returning nil), or until an event exhausts its attempts
+// under the Stop failure mode (returning a *HandlerError). Only one process runs a projection (each partition)
+// at a time: Run waits as a standby while another holds it, and takes over when that process stops or dies.
+// In partitioned mode Run runs every partition and stops them all when one stops with an error.
+func (p *Projection) Run(ctx context.Context) error {
+	if len(p.followers) == 1 {
+		return p.followers[0].Run(ctx)
+	}
+	g, gctx := errgroup.WithContext(ctx)
+	for _, f := range p.followers {
+		g.Go(func() error { return f.Run(gctx) })
+	}
+	return g.Wait()
+}
+
+// Rebuild asks the projection to rebuild its read model: the process running it calls the handler's Reset (see
+// Resetter) and clears the parked events, in the transaction that moves every partition's checkpoint back to the
+// start, then replays the whole log. It returns once the request is recorded; Status shows Rebuilding until the
+// reset has happened. A projection that never ran has nothing to rebuild. Rebuild works across processes: the
+// request is stored in the database (RequestRebuild is the same for code that has no Projection, such as a CLI).
+func (p *Projection) Rebuild(ctx context.Context) error {
+	if err := RequestRebuild(ctx, p.pool, p.cfg.Schema, p.cfg.Name); err != nil {
+		return err
+	}
+	for _, f := range p.followers {
+		f.Wake()
+	}
+	return nil
+}
+
+// RequestRebuild records a rebuild request for the projection name in schema; the process running the
+// projection performs it (see Projection.Rebuild).
+func RequestRebuild(ctx context.Context, db DB, schema, name string) error {
+	if _, err := logfollow.RequestReset(ctx, db, schema, name); err != nil {
+		return fmt.Errorf("projection: rebuild %q: %w", name, err)
+	}
+	return nil
+}
+
+// Wake makes the projection read the log now instead of at its next poll. Useful with the in-memory store,
+// which sends no notifications.
+func (p *Projection) Wake() {
+	for _, f := range p.followers {
+		f.Wake()
+	}
+}
+
+// handle is the log follower's batch handler: decode, then the user's handler, event by event, on one tx.
+func (p *Projection) handle(ctx context.Context, tx pgx.Tx, recs []eventstore.Record) error {
+	for _, r := range recs {
+		e := Event{Record: r}
+		if p.reg != nil {
+			d, err := p.reg.Decode(r)
+			if err != nil {
+				return logfollow.Permanent(err) // retrying cannot fix an undecodable event
+			}
+			e.Data = d
+		}
+		if err := p.callHandler(ctx, tx, e); err != nil {
+			return fmt.Errorf("projection %s: event %q at position %d: %w", p.cfg.Name, r.Type, r.Position, err)
+		}
+	}
+	return nil
+}
+
+func (p *Projection) callHandler(ctx context.Context, tx pgx.Tx, e Event) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("handler panicked: %v", r)
+		}
+	}()
+	return p.handler.Handle(ctx, tx, e)
+}
+
+// reset runs in the follower's reset transaction.
+func (p *Projection) reset(ctx context.Context, tx pgx.Tx) error {
+	if r, ok := p.handler.(Resetter); ok {
+		if err := r.Reset(ctx, tx); err != nil {
+			return fmt.Errorf("projection %s: Reset: %w", p.cfg.Name, err)
+		}
+	}
+	if _, err := tx.Exec(ctx, `DELETE FROM `+pgx.Identifier{p.cfg.Schema, "projection_parked"}.Sanitize()+
+		` WHERE projection = $1`, p.cfg.Name); err != nil {
+		return fmt.Errorf("projection %s: clear parked events: %w", p.cfg.Name, err)
+	}
+	return nil
+}
