@@ -238,6 +238,16 @@ func CheckTx(ctx context.Context, tx DB, schema string, l Lease) error {
 	return nil
 }
 
+// FenceCTE returns a WITH item named fence, and its arguments numbered from firstArg, for a caller that wants
+// the fenced check and its write in one statement (one round trip instead of two): fence yields one row, and
+// locks the lease row FOR SHARE until the transaction ends, only while l still holds the lease. Join it into the
+// write (UPDATE ... FROM fence), and when the write matches no row call CheckTx to tell a fenced-out writer from
+// another cause.
+func FenceCTE(schema string, l Lease, firstArg int) (string, []any) {
+	return fmt.Sprintf(`fence AS (SELECT 1 FROM %s WHERE name = $%d AND owner = $%d AND token = $%d FOR SHARE)`,
+		pgx.Identifier{schema, "leases"}.Sanitize(), firstArg, firstArg+1, firstArg+2), []any{l.Name, l.Owner, l.Token}
+}
+
 // CheckTx is the package-level CheckTx in the Manager's schema.
 func (m *Manager) CheckTx(ctx context.Context, tx DB, l Lease) error {
 	return CheckTx(ctx, tx, m.cfg.Schema, l)

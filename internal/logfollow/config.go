@@ -41,6 +41,9 @@ type Config struct {
 
 	// BatchSize is the most log positions read per page (and so the largest batch). Default 1000; 1 to 10000.
 	BatchSize int
+	// PagesPerTx is how many pages one transaction may apply while catching up (pages come back full): one
+	// commit then serves them all. Live tailing commits every page. Default 10; 1 to 100.
+	PagesPerTx int
 	// PollInterval is how often the log is polled when no wake-up arrives. Default 1s; at least 1ms.
 	PollInterval time.Duration
 	// DisableListen turns off LISTEN/NOTIFY wake-ups even when the store offers them (polling only).
@@ -170,6 +173,12 @@ func (c *Config) withDefaults() (Config, error) {
 		cfg.BatchSize = 1000
 	case cfg.BatchSize < 1 || cfg.BatchSize > 10000:
 		return cfg, &ConfigError{Field: "BatchSize", Reason: "must be between 1 and 10000"}
+	}
+	switch {
+	case cfg.PagesPerTx == 0:
+		cfg.PagesPerTx = 10
+	case cfg.PagesPerTx < 1 || cfg.PagesPerTx > 100:
+		return cfg, &ConfigError{Field: "PagesPerTx", Reason: "must be between 1 and 100"}
 	}
 	switch {
 	case cfg.PollInterval == 0:

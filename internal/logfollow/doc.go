@@ -12,11 +12,13 @@
 //     eventstore.Store.ReadLog (any store, including the in-memory one), which is gap-safe: it never returns a
 //     position past one an in-flight transaction may still commit;
 //   - for each page: begins a transaction on the checkpoint's pool, calls the Handler with that transaction and
-//     the page's records (after the EventTypes/StreamTypes/Tenants filter and Select), runs the fenced-write check
-//     (lease.CheckTx), advances the checkpoint to the page's Last in the same transaction (only if it is still
-//     where this follower left it) and commits. Writes the handler makes through the transaction are therefore
-//     applied exactly once: a crash before the commit loses both the writes and the advance, and a zombie
+//     the page's records (after the EventTypes/StreamTypes/Tenants filter and Select), then in one statement
+//     runs the fenced-write check (lease.FenceCTE: the lease row locked FOR SHARE, owner and fencing token
+//     compared) and advances the checkpoint to the page's Last (only if it is still where this follower left
+//     it), and commits. Writes the handler makes through the transaction are therefore applied exactly once: a crash before the commit loses both the writes and the advance, and a zombie
 //     holder's commit after a takeover is refused. Effects outside the transaction are at-least-once;
+//   - while catching up (pages come back full) reads the next page while the current transaction commits, and
+//     applies up to PagesPerTx pages in one transaction, so one commit serves them all;
 //   - after catching up, waits for a wake-up: LISTEN/NOTIFY on the store's channel when the store offers one
 //     (eventstore.PostgresStore: the NOTIFY is sent after the append commits, never inside its transaction), Wake,
 //     or PollInterval, whichever comes first. The listen connection reconnects by itself and every reconnection

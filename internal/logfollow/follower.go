@@ -121,10 +121,45 @@ func (f *Follower) follow(ctx context.Context, l lease.Lease, notified <-chan st
 	return err
 }
 
+// prefetched is the next page, read while the current batch commits.
+type prefetched struct {
+	after int64
+	done  chan struct{}
+	page  eventstore.LogPage
+	err   error
+}
+
+func (f *Follower) readLog(ctx context.Context, after int64) (eventstore.LogPage, error) {
+	return f.store.ReadLog(ctx, eventstore.LogQuery{After: after, Limit: f.cfg.BatchSize,
+		EventTypes: f.cfg.EventTypes, StreamTypes: f.cfg.StreamTypes, Tenants: f.cfg.Tenants})
+}
+
+func (f *Follower) prefetch(ctx context.Context, after int64) *prefetched {
+	pf := &prefetched{after: after, done: make(chan struct{})}
+	go func() {
+		defer close(pf.done)
+		pf.page, pf.err = f.readLog(ctx, after)
+	}()
+	return pf
+}
+
 func (f *Follower) loop(ctx context.Context, l lease.Lease, p *progress, notified <-chan struct{}) error {
+	// While catching up, the next page is read while the current batch commits, so a page costs about
+	// max(read, commit) instead of their sum.
+	var pf *prefetched
+	defer func() {
+		if pf != nil {
+			<-pf.done
+		}
+	}()
 	for {
 		if ctx.Err() != nil {
 			return nil
+		}
+		var next *prefetched
+		next, pf = pf, nil
+		if next != nil {
+			<-next.done
 		}
 		if p.reload {
 			if err := f.load(ctx, p); err != nil {
@@ -146,8 +181,13 @@ func (f *Follower) loop(ctx context.Context, l lease.Lease, p *progress, notifie
 			}
 			continue
 		}
-		page, err := f.store.ReadLog(ctx, eventstore.LogQuery{After: p.pos, Limit: f.cfg.BatchSize,
-			EventTypes: f.cfg.EventTypes, StreamTypes: f.cfg.StreamTypes, Tenants: f.cfg.Tenants})
+		var page eventstore.LogPage
+		var err error
+		if next != nil && next.after == p.pos {
+			page, err = next.page, next.err
+		} else {
+			page, err = f.readLog(ctx, p.pos)
+		}
 		if err != nil {
 			if !f.pause(ctx, p, err, "read log") {
 				return nil
@@ -160,7 +200,12 @@ func (f *Follower) loop(ctx context.Context, l lease.Lease, p *progress, notifie
 			p.reload = true // notice resets and operator changes made while idle
 			continue
 		}
-		err = f.commit(ctx, l, p, recs, last)
+		b := &txBatch{recs: recs, last: last, full: last-p.pos >= int64(f.cfg.BatchSize) && p.pos >= p.isolateUntil}
+		if b.full {
+			pf = f.prefetch(ctx, last) // a full page: more is probably waiting
+		}
+		err = f.commit(ctx, l, p, b, &pf)
+		recs, last = b.recs, b.last
 		switch {
 		case err == nil:
 			p.pos, p.infraDelay = last, 0
@@ -217,30 +262,62 @@ func isHandlerFailure(err error) bool {
 	return errors.As(err, &hf)
 }
 
-// commit handles recs and moves the checkpoint from p.pos to last in one fenced transaction.
-func (f *Follower) commit(ctx context.Context, l lease.Lease, p *progress, recs []eventstore.Record,
-	last int64) error {
+// txBatch is what one transaction applies: a page, or several pages while catching up.
+type txBatch struct {
+	recs []eventstore.Record
+	last int64
+	full bool // the last page was full: more is probably waiting
+}
+
+// commit handles b and moves the checkpoint from p.pos to b.last in one fenced transaction. While pages come
+// back full it goes on with the prefetched next page in the same transaction, up to PagesPerTx pages, so one
+// commit serves them all; b then holds every record handled and the final position.
+func (f *Follower) commit(ctx context.Context, l lease.Lease, p *progress, b *txBatch, pf **prefetched) error {
 	tx, err := f.pool.Begin(ctx)
 	if err != nil {
 		return fmt.Errorf("logfollow: begin: %w", err)
 	}
 	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
-	var lastEventAt *time.Time
-	if len(recs) > 0 {
-		if err := f.handle(ctx, tx, recs); err != nil {
-			return &handlerFailure{err: err, infra: ctx.Err() != nil || tx.Conn().IsClosed() || isConnErr(err)}
+	fail := func(err error) error {
+		return &handlerFailure{err: err, infra: ctx.Err() != nil || tx.Conn().IsClosed() || isConnErr(err)}
+	}
+	if len(b.recs) > 0 {
+		if err := f.handle(ctx, tx, b.recs); err != nil {
+			return fail(err)
 		}
-		t := recs[len(recs)-1].RecordedAt
+	}
+	for pages := 1; pages < f.cfg.PagesPerTx && b.full && *pf != nil; pages++ {
+		next := *pf
+		<-next.done
+		if next.err != nil || next.after != b.last {
+			break // the loop deals with it
+		}
+		recs, last := f.batch(p, next.page)
+		if last <= b.last {
+			break
+		}
+		*pf = nil
+		full := last-b.last >= int64(f.cfg.BatchSize)
+		if full {
+			*pf = f.prefetch(ctx, last)
+		}
+		b.recs, b.last, b.full = append(b.recs, recs...), last, full
+		if len(recs) > 0 {
+			if err := f.handle(ctx, tx, recs); err != nil {
+				return fail(err)
+			}
+		}
+	}
+	var lastEventAt *time.Time
+	if len(b.recs) > 0 {
+		t := b.recs[len(b.recs)-1].RecordedAt
 		lastEventAt = &t
 	}
-	if err := lease.CheckTx(ctx, tx, f.cfg.Schema, l); err != nil {
-		return err
-	}
-	if err := f.advance(ctx, tx, p, last, lastEventAt); err != nil {
+	if err := f.advance(ctx, tx, l, p, b.last, lastEventAt); err != nil {
 		return err
 	}
 	if err := tx.Commit(ctx); err != nil {
-		return fmt.Errorf("logfollow: commit checkpoint %d: %w", last, err)
+		return fmt.Errorf("logfollow: commit checkpoint %d: %w", b.last, err)
 	}
 	return nil
 }
@@ -254,15 +331,23 @@ func (f *Follower) handle(ctx context.Context, tx pgx.Tx, recs []eventstore.Reco
 	return f.handler(ctx, tx, recs)
 }
 
-// advance moves the checkpoint from p.pos to last in tx, and notes a reset request.
-func (f *Follower) advance(ctx context.Context, tx pgx.Tx, p *progress, last int64, lastEventAt *time.Time) error {
-	err := tx.QueryRow(ctx, `UPDATE `+f.table+` SET position = $2, last_event_at = coalesce($3, last_event_at),
+// advance moves the checkpoint from p.pos to last in tx, fenced: in one statement it locks the lease row FOR
+// SHARE and updates the checkpoint only while l holds the lease and the checkpoint is still at p.pos. It notes a
+// reset request.
+func (f *Follower) advance(ctx context.Context, tx pgx.Tx, l lease.Lease, p *progress, last int64,
+	lastEventAt *time.Time) error {
+	fence, args := lease.FenceCTE(f.cfg.Schema, l, 5)
+	err := tx.QueryRow(ctx, `WITH `+fence+` UPDATE `+f.table+` c SET position = $2,
+			last_event_at = coalesce($3, last_event_at),
 			failing_position = CASE WHEN failing_position <= $2 THEN NULL ELSE failing_position END,
 			attempts = CASE WHEN failing_position <= $2 THEN 0 ELSE attempts END,
 			state = 'running', updated_at = now()
-		WHERE name = $1 AND position = $4 RETURNING reset_requested`,
-		f.cfg.Name, last, lastEventAt, p.pos).Scan(&p.reset)
+		FROM fence WHERE c.name = $1 AND c.position = $4 RETURNING c.reset_requested`,
+		append([]any{f.cfg.Name, last, lastEventAt, p.pos}, args...)...).Scan(&p.reset)
 	if errors.Is(err, pgx.ErrNoRows) {
+		if err := lease.CheckTx(ctx, tx, f.cfg.Schema, l); err != nil {
+			return err // fenced out: another holder took over
+		}
 		return errMoved
 	}
 	if err != nil {
@@ -339,10 +424,7 @@ func (f *Follower) giveUp(ctx context.Context, l lease.Lease, p *progress, herr 
 	if err := f.cfg.OnExhausted(ctx, tx, herr); err != nil {
 		return fmt.Errorf("logfollow: OnExhausted for position %d: %w", rec.Position, err)
 	}
-	if err := lease.CheckTx(ctx, tx, f.cfg.Schema, l); err != nil {
-		return err
-	}
-	if err := f.advance(ctx, tx, p, rec.Position, nil); err != nil {
+	if err := f.advance(ctx, tx, l, p, rec.Position, nil); err != nil {
 		return err
 	}
 	if err := tx.Commit(ctx); err != nil {

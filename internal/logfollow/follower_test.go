@@ -223,6 +223,16 @@ func TestLiveTailThroughNotifyAndRecoveryFromDroppedConnections(t *testing.T) {
 
 func TestHandlerErrorRollsBackAndRetriesOnlyTheFailingEvent(t *testing.T) {
 	t.Parallel()
+	// One page per transaction, and several pages per transaction (catching up with pages of 3).
+	for _, batch := range []int{1000, 3} {
+		t.Run(fmt.Sprint("batch-", batch), func(t *testing.T) {
+			t.Parallel()
+			testHandlerErrorRollsBack(t, batch)
+		})
+	}
+}
+
+func testHandlerErrorRollsBack(t *testing.T, batch int) {
 	x := setup(t)
 	x.appendN(t, x.store, "a", "e", 10)
 	var calls sync.Map // position -> attempts
@@ -239,7 +249,7 @@ func TestHandlerErrorRollsBackAndRetriesOnlyTheFailingEvent(t *testing.T) {
 		}
 		return nil
 	}
-	stop := start(t, x.newFollower(t, x.store, flaky, logfollow.Config{MaxAttempts: 3}))
+	stop := start(t, x.newFollower(t, x.store, flaky, logfollow.Config{MaxAttempts: 3, BatchSize: batch}))
 	pgtest.Eventually(t, 10*time.Second, func() bool { return x.checkpoint(t, "f").Position == 10 }, "catch-up")
 	require.NoError(t, stop())
 	x.requireOnce(t, 10)
