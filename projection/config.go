@@ -58,6 +58,9 @@ type Config struct {
 	// BatchSize is the most log positions read per page, and so the most events applied per transaction.
 	// Default 1000; 1 to 10000.
 	BatchSize int
+	// PagesPerTx is how many pages (of BatchSize positions) one transaction may apply while catching up, so one
+	// commit serves them all; live tailing commits every page. Default 10; 1 to 100.
+	PagesPerTx int
 	// PollInterval is how often the log is polled when no notification arrives. Default 1s; at least 1ms.
 	PollInterval time.Duration
 	// DisableListen turns off LISTEN/NOTIFY wake-ups (polling only). Default false.

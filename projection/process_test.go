@@ -33,7 +33,7 @@ import (
 const helperEnv = "STAGEHAND_PROJECTION_HELPER"
 
 // helperMain runs the "accounts" projection in a child process until SIGTERM. Settings come from the
-// environment: HELPER_OWNER, HELPER_BATCH, HELPER_TTL and HELPER_RENEW (lease), HELPER_SLOW (a pause per event),
+// environment: HELPER_OWNER, HELPER_BATCH, HELPER_PAGES (PagesPerTx), HELPER_TTL and HELPER_RENEW (lease), HELPER_SLOW (a pause per event),
 // HELPER_BLOCK_AT (after applying that position, print "BLOCKED" and wait inside the open transaction until the
 // file HELPER_UNBLOCK exists, or forever).
 func helperMain(string) int {
@@ -73,7 +73,7 @@ func helperMain(string) int {
 	envInt := func(k string) int { n, _ := strconv.Atoi(os.Getenv(k)); return n }
 	envDur := func(k string) time.Duration { d, _ := time.ParseDuration(os.Getenv(k)); return d }
 	p, err := projection.New(pool, store, m.mux(), &projection.Config{Name: "accounts", Schema: schema,
-		Owner: owner, BatchSize: envInt("HELPER_BATCH"), LeaseTTL: envDur("HELPER_TTL"),
+		Owner: owner, BatchSize: envInt("HELPER_BATCH"), PagesPerTx: envInt("HELPER_PAGES"), LeaseTTL: envDur("HELPER_TTL"),
 		LeaseRenewInterval: envDur("HELPER_RENEW"), LeaseAcquireInterval: 20 * time.Millisecond,
 		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))})
 	if err != nil {
@@ -168,16 +168,17 @@ func TestCrashBetweenHandlerAndCommit(t *testing.T) {
 	pgtest.Eventually(t, 20*time.Second, caughtUp(t, w, rp), "reference")
 	require.NoError(t, stop())
 
-	// A child applies batches of 50 and is killed inside the third, after the handler's writes and before the
-	// commit.
-	c := spawn(t, w, map[string]string{"HELPER_OWNER": "child", "HELPER_BATCH": "50", "HELPER_BLOCK_AT": "150",
-		"HELPER_TTL": "500ms"})
+	// A child applies batches of 50 (one per transaction) and is killed inside the third, after the handler's
+	// writes and before the commit.
+	c := spawn(t, w, map[string]string{"HELPER_OWNER": "child", "HELPER_BATCH": "50", "HELPER_PAGES": "1",
+		"HELPER_BLOCK_AT": "150", "HELPER_TTL": "500ms"})
 	c.waitLine(t, "BLOCKED")
 	require.Equal(t, int64(100), w.count(t, `SELECT position FROM `+pgtest.Q(w.schema, "checkpoints")+
 		` WHERE name = 'accounts'`))
 	c.kill()
 
-	// More crashes at random moments, while a slow handler works through the log.
+	// More crashes at random moments, while a slow handler works through the log (several pages per
+	// transaction).
 	for i := range 3 {
 		c := spawn(t, w, map[string]string{"HELPER_OWNER": fmt.Sprint("random", i), "HELPER_BATCH": "20",
 			"HELPER_SLOW": "1ms", "HELPER_TTL": "300ms"})
@@ -241,8 +242,9 @@ func TestZombieProcessCannotCommitAfterATakeover(t *testing.T) {
 	unblock := filepath.Join(t.TempDir(), "unblock")
 	// The zombie commits 1..10, then stops inside the batch 11..20 with its writes made. Its renewal is slow
 	// enough that only the fence can stop it.
-	z := spawn(t, w, map[string]string{"HELPER_OWNER": "zombie", "HELPER_BATCH": "10", "HELPER_BLOCK_AT": "15",
-		"HELPER_UNBLOCK": unblock, "HELPER_TTL": "60s", "HELPER_RENEW": "30s"})
+	z := spawn(t, w, map[string]string{"HELPER_OWNER": "zombie", "HELPER_BATCH": "10", "HELPER_PAGES": "1",
+		"HELPER_BLOCK_AT": "15",
+		"HELPER_UNBLOCK":  unblock, "HELPER_TTL": "60s", "HELPER_RENEW": "30s"})
 	z.waitLine(t, "BLOCKED")
 	require.Equal(t, int64(10), w.applied(t, "rm"))
 

@@ -89,7 +89,7 @@ func New(pool *pgxpool.Pool, store eventstore.Store, h Handler, cfg *Config) (*P
 		fc := &logfollow.Config{
 			Name: checkpointName(c.Name, i, c.Partitions), Kind: kind, ResetGroup: c.Name, Schema: c.Schema,
 			EventTypes: c.EventTypes, StreamTypes: c.StreamTypes, Tenants: c.Tenants,
-			BatchSize: c.BatchSize, PollInterval: c.PollInterval, DisableListen: c.DisableListen,
+			BatchSize: c.BatchSize, PagesPerTx: c.PagesPerTx, PollInterval: c.PollInterval, DisableListen: c.DisableListen,
 			Owner: c.Owner, LeaseTTL: c.LeaseTTL, LeaseRenewInterval: c.LeaseRenewInterval,
 			LeaseAcquireInterval: c.LeaseAcquireInterval,
 			MaxAttempts:          c.MaxAttempts, RetryDelay: c.RetryDelay, MaxRetryDelay: c.MaxRetryDelay,

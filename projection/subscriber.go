@@ -168,6 +168,7 @@ func NewSubscriber(pool *pgxpool.Pool, store eventstore.Store, cfg *SubscriberCo
 func (c *SubscriberConfig) followerConfig(f Filter) *logfollow.Config {
 	return &logfollow.Config{Name: c.ConsumerGroup, Kind: "subscriber", Schema: c.Schema,
 		EventTypes: f.EventTypes, StreamTypes: f.StreamTypes, Tenants: f.Tenants, BatchSize: c.BatchSize,
+		PagesPerTx:   1, // BatchSize acked messages per checkpoint commit, as documented
 		PollInterval: c.PollInterval, DisableListen: c.DisableListen, Owner: c.Owner, LeaseTTL: c.LeaseTTL,
 		LeaseRenewInterval: c.LeaseRenewInterval, LeaseAcquireInterval: c.LeaseAcquireInterval,
 		// Nack redelivers forever (Watermill's contract; use its PoisonQueue middleware to give up), so the
