@@ -1,0 +1,443 @@
+package outbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/stagehand-es/stagehand"
+)
+
+// Admin runs the operations on the outbox tables (statistics, dead letters, cleanup) for one scope: every tenant
+// (Outbox.AllTenants) or a single one (Outbox.Tenant). The estate-wide scope is reached by that method's name,
+// never by a wildcard tenant value, so a tenant that flowed in from a request cannot widen an operation (seed 003,
+// "Administrative operations reach every tenant").
+type Admin struct {
+	o      *Outbox
+	tenant *string // nil: every tenant
+}
+
+// AllTenants returns the estate-wide operations: their results cover every tenant. Treat them as operator reports;
+// do not show them to a tenant as though they described that tenant alone.
+func (o *Outbox) AllTenants() *Admin { return &Admin{o: o} }
+
+// Tenant returns the operations confined to one tenant ("" means stagehand.NoTenant).
+func (o *Outbox) Tenant(tenant string) *Admin {
+	t := stagehand.NormalizeTenant(tenant)
+	return &Admin{o: o, tenant: &t}
+}
+
+// Stats describes the outbox at one instant.
+type Stats struct {
+	// Pending counts messages due or overdue that are not yet published: waiting, being delivered, backing off
+	// after a rejection, or parked behind a dead letter of their key.
+	Pending int64
+	// OldestPendingAge is how long the oldest pending message has been due (zero when none is pending). A value
+	// that keeps growing while relays run means the outbox is stalled.
+	OldestPendingAge time.Duration
+	// Scheduled counts messages whose scheduled time is still ahead.
+	Scheduled int64
+	// BackingOff counts pending messages waiting for a retry after a rejection.
+	BackingOff int64
+	// Parked counts pending messages held behind a dead-lettered message of their key.
+	Parked int64
+	// InFlight counts pending messages currently leased by a relay.
+	InFlight int64
+	// DeadLettered counts messages in the dead letters.
+	DeadLettered int64
+	// Sent counts entries of the sent ledger (published or discarded, not yet cleaned up).
+	Sent int64
+}
+
+// Stats returns the outbox statistics of the scope.
+func (a *Admin) Stats(ctx context.Context) (Stats, error) {
+	now := a.o.now()
+	var st Stats
+	var oldest *time.Time
+	if err := a.o.pool.QueryRow(ctx, a.o.q.stats, a.tenant, now).Scan(&st.Pending, &st.Scheduled, &st.BackingOff,
+		&st.Parked, &st.InFlight, &oldest, &st.DeadLettered, &st.Sent); err != nil {
+		return Stats{}, fmt.Errorf("outbox: stats: %w", err)
+	}
+	if oldest != nil && now.After(*oldest) {
+		st.OldestPendingAge = now.Sub(*oldest)
+	}
+	return st, nil
+}
+
+// DeadLetter is a message whose retries were used up, with everything needed to redrive it.
+type DeadLetter struct {
+	Message
+	// Attempts is the number of rejected attempts.
+	Attempts int
+	// LastError is the error of the last attempt.
+	LastError string
+	// Sequence is the message's position within its partition key (0 when unordered).
+	Sequence int64
+	// HoldsKey reports whether later messages of the key wait for this one to be redriven or discarded.
+	HoldsKey bool
+	// CreatedAt is when the message was staged; DeadAt when it was dead-lettered.
+	CreatedAt, DeadAt time.Time
+}
+
+// ListOptions pages through dead letters, oldest first.
+type ListOptions struct {
+	// Limit caps the page. Default 100.
+	Limit int
+	// Topic keeps only the dead letters of one topic. Default: all.
+	Topic string
+	// ID keeps only the dead letters with this message ID (one per topic it was staged for). Default: all.
+	ID string
+	// After continues after the last item of the previous page (zero: from the start).
+	After *DeadLetter
+}
+
+// DeadLetters lists the dead letters of the scope, oldest first.
+func (a *Admin) DeadLetters(ctx context.Context, opts ListOptions) ([]DeadLetter, error) {
+	if opts.Limit <= 0 {
+		opts.Limit = 100
+	}
+	var topic, id *string
+	if opts.Topic != "" {
+		topic = &opts.Topic
+	}
+	if opts.ID != "" {
+		id = &opts.ID
+	}
+	afterAt, afterID, afterTopic := time.Time{}, "", ""
+	if opts.After != nil {
+		afterAt, afterID, afterTopic = opts.After.DeadAt, opts.After.ID, opts.After.Topic
+	}
+	rows, err := a.o.pool.Query(ctx, a.o.q.listDead, a.tenant, topic, id, afterAt, afterID, afterTopic, opts.Limit)
+	if err != nil {
+		return nil, fmt.Errorf("outbox: list dead letters: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, scanDeadLetter)
+	if err != nil {
+		return nil, fmt.Errorf("outbox: list dead letters: %w", err)
+	}
+	return out, nil
+}
+
+// DeadLetter returns the dead letter of the scope with message ID id, or an error matching ErrNotFound. When the
+// same ID was staged for several topics it returns the oldest; ListOptions.ID lists them all.
+func (a *Admin) DeadLetter(ctx context.Context, id string) (DeadLetter, error) {
+	rows, err := a.o.pool.Query(ctx, a.o.q.getDead, id, a.tenant)
+	if err != nil {
+		return DeadLetter{}, fmt.Errorf("outbox: dead letter %q: %w", id, err)
+	}
+	dl, err := pgx.CollectExactlyOneRow(rows, scanDeadLetter)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return DeadLetter{}, fmt.Errorf("outbox: dead letter %q: %w", id, ErrNotFound)
+	}
+	if err != nil {
+		return DeadLetter{}, fmt.Errorf("outbox: dead letter %q: %w", id, err)
+	}
+	return dl, nil
+}
+
+func scanDeadLetter(r pgx.CollectableRow) (DeadLetter, error) {
+	var (
+		dl        DeadLetter
+		seq, pos  *int64
+		scheduled *time.Time
+	)
+	err := r.Scan(&dl.ID, &dl.Tenant, &dl.Type, &dl.Topic, &dl.Payload, &dl.Metadata, &dl.CorrelationID,
+		&dl.CausationID, &dl.PartitionKey, &seq, &pos, &scheduled, &dl.Attempts, &dl.LastError, &dl.HoldsKey,
+		&dl.CreatedAt, &dl.DeadAt)
+	if seq != nil {
+		dl.Sequence = *seq
+	}
+	if pos != nil {
+		dl.SourcePosition = *pos
+	}
+	if scheduled != nil {
+		dl.ScheduledAt = *scheduled
+	}
+	return dl, err
+}
+
+// Redrive moves the dead letters of the scope with the given message IDs (for every topic) back into the outbox,
+// due now with a fresh attempt count, and releases the messages their keys were holding (they follow the redriven
+// message, in order). It returns how many it moved; unknown IDs are ignored.
+func (a *Admin) Redrive(ctx context.Context, ids ...string) (int, error) {
+	n, err := a.moveDead(ctx, a.o.q.redrive, ids, false)
+	if err != nil {
+		return 0, fmt.Errorf("outbox: redrive: %w", err)
+	}
+	if n > 0 {
+		a.o.Notify()
+	}
+	return n, nil
+}
+
+// Discard deletes dead letters of the scope for good and releases the keys they held. Their IDs stay in the sent
+// ledger (outcome "discarded") until cleanup, so re-staging them publishes nothing. It returns how many it
+// deleted.
+func (a *Admin) Discard(ctx context.Context, ids ...string) (int, error) {
+	n, err := a.moveDead(ctx, a.o.q.discard, ids, true)
+	if err != nil {
+		return 0, fmt.Errorf("outbox: discard: %w", err)
+	}
+	if n > 0 {
+		a.o.Notify()
+	}
+	return n, nil
+}
+
+// moveDead runs a redrive or discard statement. A discarded dead letter that held its key releases it: the key's
+// first waiting message is promoted, under the key's counter lock so a message being parked by a concurrent
+// staging transaction is not missed. A redriven one keeps its place at the head of its key and needs none.
+func (a *Admin) moveDead(ctx context.Context, query string, ids []string, release bool) (int, error) {
+	if len(ids) == 0 {
+		return 0, nil
+	}
+	now := a.o.now()
+	n := 0
+	err := pgx.BeginFunc(ctx, a.o.pool, func(tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, query, ids, a.tenant, now)
+		if err != nil {
+			return err
+		}
+		var keys []string
+		for rows.Next() {
+			var (
+				id, key string
+				holds   bool
+			)
+			if err := rows.Scan(&id, &key, &holds); err != nil {
+				rows.Close()
+				return err
+			}
+			n++
+			if holds {
+				keys = append(keys, key)
+			}
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		if !release || len(keys) == 0 {
+			return nil
+		}
+		slices.Sort(keys)
+		keys = slices.Compact(keys)
+		if _, err := tx.Exec(ctx, a.o.q.lockKeysWait, keys); err != nil {
+			return err
+		}
+		_, err = tx.Exec(ctx, a.o.q.promote, keys, now)
+		return err
+	})
+	return n, err
+}
+
+// CleanupSent deletes sent-ledger entries of the scope recorded before olderThan ago, in batches of batchSize
+// (default 1000) until none is left, and returns how many it deleted. Entries whose source position is at or above
+// the lowest registered watermark are kept, whatever their age, so a component that re-stages from the event log
+// (a reconciler, a Deferred stager) cannot publish them twice; with no watermark registered only age counts.
+// Pending and dead-lettered messages are never touched.
+func (a *Admin) CleanupSent(ctx context.Context, olderThan time.Duration, batchSize int) (int64, error) {
+	if batchSize <= 0 {
+		batchSize = 1000
+	}
+	cutoff := a.o.now().Add(-olderThan)
+	var total int64
+	for {
+		tag, err := a.o.pool.Exec(ctx, a.o.q.cleanupSent, cutoff, a.tenant, batchSize)
+		if err != nil {
+			return total, fmt.Errorf("outbox: cleanup sent: %w", err)
+		}
+		total += tag.RowsAffected()
+		if tag.RowsAffected() < int64(batchSize) {
+			return total, nil
+		}
+	}
+}
+
+// Watermark is how far a component that re-stages messages from the event log has progressed.
+type Watermark struct {
+	Name      string
+	Position  int64
+	UpdatedAt time.Time
+}
+
+// RegisterWatermarkTx registers the watermark name at position on db (typically the transaction that stores the
+// component's checkpoint) unless it is already registered. From then on cleanup keeps every sent-ledger entry at
+// or above its position.
+func (o *Outbox) RegisterWatermarkTx(ctx context.Context, db DB, name string, position int64) error {
+	if name == "" {
+		return invalidMessage("watermark name is empty")
+	}
+	if _, err := db.Exec(ctx, o.q.registerWatermark, name, position, o.now()); err != nil {
+		return fmt.Errorf("outbox: register watermark %q: %w", name, err)
+	}
+	return nil
+}
+
+// AdvanceWatermarkTx moves the watermark name forward to position (never backward), registering it if needed,
+// and returns its position afterwards. Call it in the transaction that advances the component's checkpoint.
+func (o *Outbox) AdvanceWatermarkTx(ctx context.Context, db DB, name string, position int64) (int64, error) {
+	if name == "" {
+		return 0, invalidMessage("watermark name is empty")
+	}
+	var p int64
+	if err := db.QueryRow(ctx, o.q.advanceWatermark, name, position, o.now()).Scan(&p); err != nil {
+		return 0, fmt.Errorf("outbox: advance watermark %q: %w", name, err)
+	}
+	return p, nil
+}
+
+// AdvanceWatermark is AdvanceWatermarkTx in a transaction of its own.
+func (o *Outbox) AdvanceWatermark(ctx context.Context, name string, position int64) (int64, error) {
+	return o.AdvanceWatermarkTx(ctx, o.pool, name, position)
+}
+
+// RemoveWatermark unregisters a watermark, for a component that is retired for good.
+func (o *Outbox) RemoveWatermark(ctx context.Context, name string) error {
+	if _, err := o.pool.Exec(ctx, o.q.dropWM, name); err != nil {
+		return fmt.Errorf("outbox: remove watermark %q: %w", name, err)
+	}
+	return nil
+}
+
+// Watermarks lists the registered watermarks.
+func (o *Outbox) Watermarks(ctx context.Context) ([]Watermark, error) {
+	rows, err := o.pool.Query(ctx, o.q.wms)
+	if err != nil {
+		return nil, fmt.Errorf("outbox: watermarks: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Watermark, error) {
+		var w Watermark
+		err := r.Scan(&w.Name, &w.Position, &w.UpdatedAt)
+		return w, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("outbox: watermarks: %w", err)
+	}
+	return out, nil
+}
+
+// InboxStats describes the inbox at one instant.
+type InboxStats struct {
+	// Handled counts remembered (message, handler) pairs handled successfully.
+	Handled int64
+	// OldestEntryAge is the age of the oldest remembered entry: well beyond the retention you clean up with means
+	// cleanup is not running.
+	OldestEntryAge time.Duration
+	// Failing counts (message, handler) pairs that failed at least once and are neither handled nor dead-lettered.
+	Failing int64
+	// DeadLettered counts inbox dead letters.
+	DeadLettered int64
+}
+
+// InboxStats returns the inbox statistics of the scope.
+func (a *Admin) InboxStats(ctx context.Context) (InboxStats, error) {
+	var st InboxStats
+	var oldest *time.Time
+	if err := a.o.pool.QueryRow(ctx, a.o.q.inboxStats, a.tenant).Scan(&st.Handled, &oldest, &st.Failing,
+		&st.DeadLettered); err != nil {
+		return InboxStats{}, fmt.Errorf("outbox: inbox stats: %w", err)
+	}
+	if oldest != nil {
+		st.OldestEntryAge = max(a.o.now().Sub(*oldest), 0)
+	}
+	return st, nil
+}
+
+// CleanupInbox deletes inbox entries of the scope recorded before olderThan ago (0 means
+// DefaultInboxRetention), in batches of batchSize (default 1000), and returns how many it deleted. Keep olderThan
+// longer than anything may redeliver a message (see DefaultInboxRetention): a duplicate arriving after its entry is
+// gone is handled again.
+func (a *Admin) CleanupInbox(ctx context.Context, olderThan time.Duration, batchSize int) (int64, error) {
+	if olderThan <= 0 {
+		olderThan = DefaultInboxRetention
+	}
+	if batchSize <= 0 {
+		batchSize = 1000
+	}
+	cutoff := a.o.now().Add(-olderThan)
+	var total int64
+	for {
+		tag, err := a.o.pool.Exec(ctx, a.o.q.inboxCleanup, cutoff, a.tenant, batchSize)
+		if err != nil {
+			return total, fmt.Errorf("outbox: inbox cleanup: %w", err)
+		}
+		total += tag.RowsAffected()
+		if tag.RowsAffected() < int64(batchSize) {
+			return total, nil
+		}
+	}
+}
+
+// InboxDeadLetter is a message an inbox handler could not decode or kept failing on.
+type InboxDeadLetter struct {
+	MessageID   string
+	Handler     string
+	Tenant      string
+	MessageType string
+	// Topic is the topic the message was consumed from.
+	Topic     string
+	Payload   []byte
+	Metadata  map[string]string
+	Attempts  int
+	LastError string
+	DeadAt    time.Time
+}
+
+// InboxListOptions pages through inbox dead letters, oldest first.
+type InboxListOptions struct {
+	// Limit caps the page. Default 100.
+	Limit int
+	// Handler keeps only one handler's dead letters. Default: all.
+	Handler string
+	// After continues after the last item of the previous page.
+	After *InboxDeadLetter
+}
+
+// InboxDeadLetters lists the inbox dead letters of the scope, oldest first.
+func (a *Admin) InboxDeadLetters(ctx context.Context, opts InboxListOptions) ([]InboxDeadLetter, error) {
+	if opts.Limit <= 0 {
+		opts.Limit = 100
+	}
+	var handler *string
+	if opts.Handler != "" {
+		handler = &opts.Handler
+	}
+	var afterAt time.Time
+	var afterID, afterHandler string
+	if opts.After != nil {
+		afterAt, afterID, afterHandler = opts.After.DeadAt, opts.After.MessageID, opts.After.Handler
+	}
+	rows, err := a.o.pool.Query(ctx, a.o.q.inboxListDead, a.tenant, handler, afterAt, afterID, afterHandler,
+		opts.Limit)
+	if err != nil {
+		return nil, fmt.Errorf("outbox: inbox dead letters: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (InboxDeadLetter, error) {
+		var d InboxDeadLetter
+		err := r.Scan(&d.MessageID, &d.Handler, &d.Tenant, &d.MessageType, &d.Topic, &d.Payload, &d.Metadata,
+			&d.Attempts, &d.LastError, &d.DeadAt)
+		return d, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("outbox: inbox dead letters: %w", err)
+	}
+	return out, nil
+}
+
+// DiscardInboxDeadLetter deletes one inbox dead letter of the scope. The inbox entry stays, so redeliveries of
+// the message are still skipped until cleanup. It returns ErrNotFound when there is no such dead letter.
+func (a *Admin) DiscardInboxDeadLetter(ctx context.Context, handler, messageID string) error {
+	tag, err := a.o.pool.Exec(ctx, a.o.q.inboxRm, messageID, handler, a.tenant)
+	if err != nil {
+		return fmt.Errorf("outbox: discard inbox dead letter: %w", err)
+	}
+	if tag.RowsAffected() == 0 {
+		return fmt.Errorf("outbox: inbox dead letter %q/%q: %w", handler, messageID, ErrNotFound)
+	}
+	return nil
+}

@@ -1,0 +1,260 @@
+package outbox
+
+import (
+	crand "crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"log/slog"
+	"math"
+	"math/rand/v2"
+	"os"
+	"strings"
+	"time"
+)
+
+// RelayConfig holds a relay's processing settings. A nil *RelayConfig means Balanced(); a zero field means the
+// default stated on it. The settings and their validation rules follow the Excalibur outbox (seed 003); profiles
+// HighThroughput, Balanced and HighReliability return its suggested starting points.
+type RelayConfig struct {
+	// BatchSize is how many rows one claim takes. Default 100. Rule: 1 to 10000.
+	BatchSize int
+	// PollingInterval is how often the relay looks for due rows when no wake-up notification arrives (notifications
+	// are hints; polling is the safety net, and delivers retries and scheduled rows that fall due). Default 1s.
+	// Rule: at least 10ms.
+	PollingInterval time.Duration
+	// MaxRetryCount is how many times a rejected message is retried after its first attempt before it is
+	// dead-lettered (3 means up to 4 attempts). nil means 5; use Retries(0) to dead-letter on the first
+	// rejection. Rule: not negative.
+	MaxRetryCount *int
+	// RetryDelay is the backoff after the first rejection; it doubles with every further rejection (plus up to
+	// Jitter at random), capped by MaxRetryDelay. Default 5m. Rule: positive.
+	RetryDelay time.Duration
+	// MaxRetryDelay caps the backoff, so a 15-minute RetryDelay does not grow to days. Default 1h, or RetryDelay
+	// when that is longer. Rule: not below RetryDelay.
+	MaxRetryDelay time.Duration
+	// Jitter is the largest fraction of the backoff added at random, so retries of many messages spread out.
+	// Default 0.2. Rule: 0 to 1 (0 means the default; use a tiny value such as 1e-9 for none).
+	Jitter float64
+	// MaxDegreeOfParallelism is how many deliveries may be in flight at once (waiting for their ack). Messages of
+	// one partition key are never in flight together, whatever the setting. Default 4. Rule: at least 1.
+	MaxDegreeOfParallelism int
+	// ProcessorID names this relay in leases (a random suffix is added, so replicas sharing a configuration never
+	// share a lease). Default: the host name. Rule: not blank.
+	ProcessorID string
+	// LeaseDuration is how long a claimed row stays reserved for this relay. The relay renews the lease of rows it
+	// still holds every third of it, so it only lapses when the relay dies or stalls; another relay then takes
+	// the row over (a possible duplicate, never a loss). Default 30s. Rule: at least 100ms.
+	LeaseDuration time.Duration
+	// AckDeadline is how long a delivered message may stay unacknowledged before it counts as a rejected attempt
+	// and is retried after its backoff. Default 1m. Rule: positive.
+	AckDeadline time.Duration
+	// ReleaseKeyOnDeadLetter lets the later messages of a dead-lettered message's key flow on. Default false: the
+	// dead letter holds its key (a sequenced dead-letter queue) until it is redriven or discarded.
+	ReleaseKeyOnDeadLetter bool
+	// IsBrokerUnavailable tells a broker that cannot be reached from one that rejects the message. Unreachable
+	// counts no attempt and backs the whole relay off instead. Default BrokerUnavailable.
+	IsBrokerUnavailable func(error) bool
+	// BrokerBackoff is the relay's first pause after an unreachable broker; it doubles up to MaxBrokerBackoff while
+	// the broker stays unreachable and resets after a delivery succeeds. Defaults 1s and 30s.
+	// Rule: positive, and MaxBrokerBackoff not below BrokerBackoff.
+	BrokerBackoff    time.Duration
+	MaxBrokerBackoff time.Duration
+	// DisableNotify makes the relay poll only, without listening for wake-up notifications. Default false.
+	DisableNotify bool
+	// VacuumInterval is how often the relay vacuums the outbox table while it is moving rows out of it, so dead
+	// index entries cannot pile up at the head of the claim index even when autovacuum's global nap is long
+	// (minutes). Needs the table's owner or a superuser; without the privilege the relay logs once and leaves it
+	// to autovacuum. Default 10s. Negative disables it.
+	VacuumInterval time.Duration
+	// Logger overrides the Outbox's logger for this relay.
+	Logger *slog.Logger
+}
+
+// Retries returns a *int for RelayConfig.MaxRetryCount.
+func Retries(n int) *int { return &n }
+
+// HighThroughput is seed 003's profile for real-time event processing and high-volume systems.
+func HighThroughput() *RelayConfig {
+	return &RelayConfig{BatchSize: 1000, PollingInterval: 100 * time.Millisecond, MaxRetryCount: Retries(3),
+		RetryDelay: time.Minute, MaxDegreeOfParallelism: 8}
+}
+
+// Balanced is seed 003's profile for most production workloads, and the default.
+func Balanced() *RelayConfig {
+	return &RelayConfig{BatchSize: 100, PollingInterval: time.Second, MaxRetryCount: Retries(5),
+		RetryDelay: 5 * time.Minute, MaxDegreeOfParallelism: 4}
+}
+
+// HighReliability is seed 003's profile for financial transactions and critical systems: small batches, long
+// backoff, sequential delivery.
+func HighReliability() *RelayConfig {
+	return &RelayConfig{BatchSize: 10, PollingInterval: 5 * time.Second, MaxRetryCount: Retries(10),
+		RetryDelay: 15 * time.Minute, MaxDegreeOfParallelism: 1}
+}
+
+// settings is a validated RelayConfig with every default applied.
+type settings struct {
+	batchSize        int
+	pollingInterval  time.Duration
+	maxRetryCount    int
+	retryDelay       time.Duration
+	maxRetryDelay    time.Duration
+	jitter           float64
+	parallelism      int
+	processorID      string
+	leaseDuration    time.Duration
+	ackDeadline      time.Duration
+	releaseKey       bool
+	unavailable      func(error) bool
+	brokerBackoff    time.Duration
+	maxBrokerBackoff time.Duration
+	disableNotify    bool
+	vacuumInterval   time.Duration
+	logger           *slog.Logger
+}
+
+func (c *RelayConfig) settings(defaultLogger *slog.Logger) (settings, error) {
+	if c == nil {
+		c = Balanced()
+	}
+	s := settings{
+		batchSize: c.BatchSize, pollingInterval: c.PollingInterval, retryDelay: c.RetryDelay,
+		maxRetryDelay: c.MaxRetryDelay, jitter: c.Jitter, parallelism: c.MaxDegreeOfParallelism,
+		processorID: c.ProcessorID, leaseDuration: c.LeaseDuration, ackDeadline: c.AckDeadline,
+		releaseKey: c.ReleaseKeyOnDeadLetter, unavailable: c.IsBrokerUnavailable, brokerBackoff: c.BrokerBackoff,
+		maxBrokerBackoff: c.MaxBrokerBackoff, disableNotify: c.DisableNotify, vacuumInterval: c.VacuumInterval,
+		logger: c.Logger, maxRetryCount: 5,
+	}
+	if c.MaxRetryCount != nil {
+		s.maxRetryCount = *c.MaxRetryCount
+	}
+	bad := func(field, msg string) (settings, error) { return settings{}, &ConfigError{Field: field, Message: msg} }
+	switch {
+	case s.batchSize == 0:
+		s.batchSize = 100
+	case s.batchSize < 1:
+		return bad("BatchSize", "BatchSize must be at least 1.")
+	case s.batchSize > 10000:
+		return bad("BatchSize", "BatchSize cannot exceed 10000.")
+	}
+	switch {
+	case s.pollingInterval == 0:
+		s.pollingInterval = time.Second
+	case s.pollingInterval < 10*time.Millisecond:
+		return bad("PollingInterval", "PollingInterval must be at least 10ms.")
+	}
+	if s.maxRetryCount < 0 {
+		return bad("MaxRetryCount", "MaxRetryCount cannot be negative.")
+	}
+	switch {
+	case s.retryDelay == 0:
+		s.retryDelay = 5 * time.Minute
+	case s.retryDelay < 0:
+		return bad("RetryDelay", "RetryDelay must be positive.")
+	}
+	switch {
+	case s.maxRetryDelay == 0:
+		s.maxRetryDelay = max(time.Hour, s.retryDelay)
+	case s.maxRetryDelay < s.retryDelay:
+		return bad("MaxRetryDelay", "MaxRetryDelay cannot be less than RetryDelay.")
+	}
+	switch {
+	case s.jitter == 0:
+		s.jitter = 0.2
+	case s.jitter < 0 || s.jitter > 1 || math.IsNaN(s.jitter):
+		return bad("Jitter", "Jitter must be between 0 and 1.")
+	}
+	switch {
+	case s.parallelism == 0:
+		s.parallelism = 4
+	case s.parallelism < 1:
+		return bad("MaxDegreeOfParallelism", "MaxDegreeOfParallelism must be at least 1.")
+	}
+	if s.processorID == "" {
+		host, err := os.Hostname()
+		if err != nil || strings.TrimSpace(host) == "" {
+			host = "relay"
+		}
+		s.processorID = host
+	} else if strings.TrimSpace(s.processorID) == "" {
+		return bad("ProcessorID", "ProcessorID cannot be empty or whitespace.")
+	}
+	switch {
+	case s.leaseDuration == 0:
+		s.leaseDuration = 30 * time.Second
+	case s.leaseDuration < 100*time.Millisecond:
+		return bad("LeaseDuration", "LeaseDuration must be at least 100ms.")
+	}
+	switch {
+	case s.ackDeadline == 0:
+		s.ackDeadline = time.Minute
+	case s.ackDeadline < 0:
+		return bad("AckDeadline", "AckDeadline must be positive.")
+	}
+	if s.unavailable == nil {
+		s.unavailable = BrokerUnavailable
+	}
+	switch {
+	case s.brokerBackoff == 0:
+		s.brokerBackoff = time.Second
+	case s.brokerBackoff < 0:
+		return bad("BrokerBackoff", "BrokerBackoff must be positive.")
+	}
+	switch {
+	case s.maxBrokerBackoff == 0:
+		s.maxBrokerBackoff = max(30*time.Second, s.brokerBackoff)
+	case s.maxBrokerBackoff < s.brokerBackoff:
+		return bad("MaxBrokerBackoff", "MaxBrokerBackoff cannot be less than BrokerBackoff.")
+	}
+	if s.vacuumInterval == 0 {
+		s.vacuumInterval = 10 * time.Second
+	}
+	if s.logger == nil {
+		s.logger = defaultLogger
+	}
+	return s, nil
+}
+
+// Validate reports the first invalid setting as a *ConfigError (errors.Is(err, ErrInvalidConfig)).
+func (c *RelayConfig) Validate() error {
+	_, err := c.settings(nil)
+	return err
+}
+
+// backoffFloor is the delay before retry number attempt (1 = after the first rejection), without jitter:
+// RetryDelay doubled per earlier rejection, capped by MaxRetryDelay.
+func (s *settings) backoffFloor(attempt int) time.Duration {
+	d := s.retryDelay
+	for i := 1; i < attempt && d < s.maxRetryDelay; i++ {
+		d *= 2
+	}
+	return min(d, s.maxRetryDelay)
+}
+
+// backoff is backoffFloor plus up to Jitter of it at random, still capped by MaxRetryDelay (never below the floor).
+func (s *settings) backoff(attempt int) time.Duration {
+	floor := s.backoffFloor(attempt)
+	extra := time.Duration(rand.Float64() * s.jitter * float64(floor))
+	return max(floor, min(floor+extra, s.maxRetryDelay))
+}
+
+// RetryHorizon is the longest time between a message's first rejected attempt and its dead-lettering under these
+// settings (every backoff at its maximum, without the time the attempts themselves take). The inbox retention of
+// consumers must outlast it, plus the broker's own redelivery window.
+func (c *RelayConfig) RetryHorizon() (time.Duration, error) {
+	s, err := c.settings(nil)
+	if err != nil {
+		return 0, err
+	}
+	var total time.Duration
+	for i := 1; i <= s.maxRetryCount; i++ {
+		total += min(s.backoffFloor(i)+time.Duration(s.jitter*float64(s.backoffFloor(i))), s.maxRetryDelay)
+	}
+	return total, nil
+}
+
+func newLeaseOwner(processorID string) string {
+	var b [6]byte
+	_, _ = crand.Read(b[:])
+	return fmt.Sprintf("%s/%s", processorID, hex.EncodeToString(b[:]))
+}

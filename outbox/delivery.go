@@ -1,0 +1,187 @@
+package outbox
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/sony/gobreaker"
+
+	"github.com/stagehand-es/stagehand/internal/pgnotify"
+)
+
+// delivery is one attempt to deliver a row. It travels in the delivered message's context so whoever handles the
+// message can record why it failed (Watermill's Nack carries no error).
+type delivery struct {
+	row *row
+
+	mu  sync.Mutex
+	err error
+}
+
+type deliveryKey struct{}
+
+func (d *delivery) setErr(err error) {
+	d.mu.Lock()
+	d.err = err
+	d.mu.Unlock()
+}
+
+func (d *delivery) recorded() error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.err
+}
+
+func deliveryFrom(msg *message.Message) *delivery {
+	if msg == nil {
+		return nil
+	}
+	d, _ := msg.Context().Value(deliveryKey{}).(*delivery)
+	return d
+}
+
+// RecordError attaches the reason a delivered message failed, before the message is nacked (or before a router
+// handler returns the error, which makes the router nack it). The relay stores it as the row's last error and
+// classifies it with RelayConfig.IsBrokerUnavailable: a broker that cannot be reached costs no attempt. It does
+// nothing for messages that did not come from a Relay.
+func RecordError(msg *message.Message, err error) {
+	if d := deliveryFrom(msg); d != nil && err != nil {
+		d.setErr(err)
+	}
+}
+
+// DestinationTopic returns the topic a message delivered by a Relay was staged for.
+func DestinationTopic(msg *message.Message) (string, bool) {
+	if d := deliveryFrom(msg); d != nil {
+		return d.row.topic, true
+	}
+	return "", false
+}
+
+// viaChannel hands the message to a subscriber's consumer and waits for its answer.
+func (d *delivery) viaChannel(ctx context.Context, out chan<- *message.Message, deadline time.Duration) outcome {
+	msg := d.row.watermillMessage()
+	mctx, cancel := context.WithCancel(context.WithValue(ctx, deliveryKey{}, d))
+	defer cancel() // the message's context ends with its delivery
+	msg.SetContext(mctx)
+	select {
+	case out <- msg:
+	case <-ctx.Done():
+		return outcome{kind: outcomeRelease}
+	}
+	timer := time.NewTimer(deadline)
+	defer timer.Stop()
+	select {
+	case <-msg.Acked():
+		return outcome{kind: outcomeAck}
+	case <-msg.Nacked():
+		return d.failure(d.recorded())
+	case <-timer.C:
+		return outcome{kind: outcomeReject, err: ErrAckDeadline}
+	case <-ctx.Done():
+		select {
+		case <-msg.Acked():
+			return outcome{kind: outcomeAck}
+		default:
+			return outcome{kind: outcomeRelease}
+		}
+	}
+}
+
+// viaPublisher publishes the message itself (Drain).
+func (d *delivery) viaPublisher(ctx context.Context, pub message.Publisher) outcome {
+	msg := d.row.watermillMessage()
+	mctx, cancel := context.WithCancel(context.WithValue(ctx, deliveryKey{}, d))
+	defer cancel()
+	msg.SetContext(mctx)
+	if err := pub.Publish(d.row.topic, msg); err != nil {
+		return d.failure(err)
+	}
+	return outcome{kind: outcomeAck}
+}
+
+// failure is filled in by the subscription, which knows the classifier; see subscription.deliverUnit.
+func (d *delivery) failure(err error) outcome {
+	if err == nil {
+		err = ErrNacked
+	}
+	return outcome{kind: outcomeReject, err: err}
+}
+
+// ErrBrokerUnavailable marks a publish error as "the broker could not be reached". Wrap it
+// (fmt.Errorf("...: %w", outbox.ErrBrokerUnavailable)) in a publisher or middleware to make the relay back off
+// without counting an attempt, whatever the classifier.
+var ErrBrokerUnavailable = errors.New("outbox: broker unavailable")
+
+// BrokerUnavailable is the default RelayConfig.IsBrokerUnavailable. It reports true for errors that mean the
+// message never reached a broker: ErrBrokerUnavailable, a refused, reset or unreachable connection, a failed or
+// timed-out dial (the deadline on connect), a failed name lookup, and an open circuit breaker (gobreaker's
+// ErrOpenState and ErrTooManyRequests, as returned by Watermill's CircuitBreaker middleware).
+func BrokerUnavailable(err error) bool {
+	if err == nil {
+		return false
+	}
+	if errors.Is(err, ErrBrokerUnavailable) {
+		return true
+	}
+	for _, errno := range []syscall.Errno{syscall.ECONNREFUSED, syscall.ECONNRESET, syscall.EHOSTUNREACH,
+		syscall.ENETUNREACH, syscall.ECONNABORTED, syscall.EPIPE} {
+		if errors.Is(err, errno) {
+			return true
+		}
+	}
+	var op *net.OpError
+	if errors.As(err, &op) && op.Op == "dial" {
+		return true
+	}
+	var dns *net.DNSError
+	if errors.As(err, &dns) {
+		return true
+	}
+	return errors.Is(err, gobreaker.ErrOpenState) || errors.Is(err, gobreaker.ErrTooManyRequests)
+}
+
+// classify turns a rejection into "unreachable" when the classifier says so.
+func (s *subscription) classify(out outcome) outcome {
+	if out.kind == outcomeReject && out.err != nil && s.s.unavailable(out.err) {
+		out.kind = outcomeUnreachable
+	}
+	return out
+}
+
+// listenFor listens for the outbox's wake-up notifications.
+func listenFor(ctx context.Context, o *Outbox, reconnect time.Duration, logger *slog.Logger) (<-chan struct{}, func()) {
+	return pgnotify.Listen(ctx, o.pool, o.channel, reconnect, logger)
+}
+
+// sortRows orders claimed rows by key and sequence (unordered rows first, in claim order).
+func sortRows(rows []*row) {
+	slices.SortStableFunc(rows, func(a, b *row) int {
+		switch {
+		case !a.ordered() && !b.ordered():
+			return 0
+		case !a.ordered():
+			return -1
+		case !b.ordered():
+			return 1
+		}
+		if c := strings.Compare(a.partitionKey, b.partitionKey); c != 0 {
+			return c
+		}
+		switch {
+		case *a.seq < *b.seq:
+			return -1
+		case *a.seq > *b.seq:
+			return 1
+		}
+		return 0
+	})
+}

@@ -1,0 +1,944 @@
+package outbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/jackc/pgx/v5"
+)
+
+// Relay delivers staged messages. It is a Watermill message.Subscriber: Subscribe(ctx, topic) delivers the rows
+// staged for topic, one Watermill message per row (UUID = message ID, metadata = the staged metadata plus the
+// standard headers). Ack marks the row sent; Nack, an AckDeadline without an answer, or the relay's death leave it
+// for a retry (see RelayConfig). AddToRouter wires it to any Watermill publisher through a message.Router, and Drain
+// publishes what is due once, without a background loop.
+//
+// Several relays, in one process or many, may work on one outbox: rows are claimed under leases with
+// FOR UPDATE SKIP LOCKED, and a relay only marks rows it still holds.
+//
+// Per-key order: messages sharing a partition key are delivered one at a time in staging-commit order, and a
+// message is delivered only after every earlier message of its key was acknowledged, so the first publication of
+// each reaches the broker in that order, whatever the number of relays and MaxDegreeOfParallelism. A message
+// that fails holds back only the later messages of its own key; a dead-lettered one keeps holding them until it is
+// redriven or discarded (unless RelayConfig.ReleaseKeyOnDeadLetter).
+type Relay struct {
+	o *Outbox
+	s settings
+
+	mu     sync.Mutex
+	closed bool
+	subs   map[*subscription]struct{}
+	wg     sync.WaitGroup
+}
+
+// NewRelay returns a relay with the given processing settings (nil: Balanced()). Invalid settings return a
+// *ConfigError naming the field.
+func (o *Outbox) NewRelay(cfg *RelayConfig) (*Relay, error) {
+	s, err := cfg.settings(o.logger)
+	if err != nil {
+		return nil, err
+	}
+	return &Relay{o: o, s: s, subs: map[*subscription]struct{}{}}, nil
+}
+
+var _ message.Subscriber = (*Relay)(nil)
+
+// Subscribe delivers the messages staged for topic until ctx ends or the relay is closed; then the channel is
+// closed. Each subscription claims, delivers and marks on its own.
+func (r *Relay) Subscribe(ctx context.Context, topic string) (<-chan *message.Message, error) {
+	return r.SubscribeTopics(ctx, topic)
+}
+
+// SubscribeTopics is Subscribe for a set of topics; with no topics it delivers every topic.
+func (r *Relay) SubscribeTopics(ctx context.Context, topics ...string) (<-chan *message.Message, error) {
+	out := make(chan *message.Message)
+	_, err := r.start(ctx, topics, func(ctx context.Context, d *delivery) outcome {
+		return d.viaChannel(ctx, out, r.s.ackDeadline)
+	}, func() { close(out) })
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// DrainResult counts what a Drain did.
+type DrainResult struct {
+	// Published is the number of messages the publisher accepted (and that were marked sent).
+	Published int
+	// Failed is the number of rejected attempts (each backed off or dead-lettered).
+	Failed int
+	// DeadLettered is the number of messages moved to the dead letters.
+	DeadLettered int
+	// Unreachable is the number of publishes that found the broker unreachable (no attempt counted).
+	Unreachable int
+}
+
+// Drain publishes every message that is due now through pub, topic taken from the row, and returns when none is
+// left that this relay can take (others may be leased by other relays, backing off or scheduled later), when the
+// broker turns out to be unreachable, or when ctx ends. It runs no background loop: call it from a timer trigger in
+// serverless environments (seed 003, "Manual Processing"). Processing settings apply as for Subscribe.
+func (r *Relay) Drain(ctx context.Context, pub message.Publisher) (DrainResult, error) {
+	sub, err := r.start(ctx, nil, func(ctx context.Context, d *delivery) outcome {
+		return d.viaPublisher(ctx, pub)
+	}, nil)
+	if err != nil {
+		return DrainResult{}, err
+	}
+	<-sub.done
+	sub.mu.Lock()
+	defer sub.mu.Unlock()
+	if err := ctx.Err(); err != nil {
+		return sub.result, err
+	}
+	return sub.result, sub.drainErr
+}
+
+// Close stops every subscription: deliveries waiting for an ack are given up (their rows are released for a
+// retry), acknowledged rows are marked, and the channels are closed. It is safe to call more than once.
+func (r *Relay) Close() error {
+	r.mu.Lock()
+	r.closed = true
+	subs := make([]*subscription, 0, len(r.subs))
+	for s := range r.subs {
+		subs = append(subs, s)
+	}
+	r.mu.Unlock()
+	for _, s := range subs {
+		s.cancel()
+	}
+	r.wg.Wait()
+	return nil
+}
+
+// start starts a subscription. Without onEnd it is a drain; onEnd runs when a subscription has ended, before
+// Close returns.
+func (r *Relay) start(ctx context.Context, topics []string, deliver func(context.Context, *delivery) outcome,
+	onEnd func()) (*subscription, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed {
+		return nil, ErrClosed
+	}
+	if len(topics) == 0 {
+		topics = nil
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	s := &subscription{
+		r: r, s: &r.s, q: &r.o.q, topics: topics, owner: newLeaseOwner(r.s.processorID), drain: onEnd == nil,
+		ctx: ctx, cancel: cancel, deliver: deliver,
+		keys: map[string]*unit{}, held: map[rowKey]*row{},
+		work: make(chan struct{}, 1), room: make(chan struct{}, 1), wake: make(chan struct{}, 1),
+		ackKick: make(chan struct{}, 1), done: make(chan struct{}),
+		brokerBackoff: r.s.brokerBackoff,
+	}
+	r.subs[s] = struct{}{}
+	r.wg.Add(1)
+	go func() {
+		defer r.wg.Done()
+		s.run()
+		if onEnd != nil {
+			onEnd()
+		}
+		r.mu.Lock()
+		delete(r.subs, s)
+		r.mu.Unlock()
+	}()
+	return s, nil
+}
+
+// unit is what one worker delivers at a time: a single unordered row, or the claimed run of one partition key,
+// delivered in sequence order.
+type unit struct {
+	key  string // "" for an unordered row
+	rows []*row
+}
+
+type outcomeKind int
+
+const (
+	outcomeAck outcomeKind = iota
+	outcomeReject
+	outcomeUnreachable
+	outcomeRelease
+)
+
+type outcome struct {
+	kind outcomeKind
+	err  error
+}
+
+// subscription is one claim loop with its workers, acker and lease keeper.
+type subscription struct {
+	r      *Relay
+	s      *settings
+	q      *queries
+	topics []string
+	owner  string
+	drain  bool
+
+	ctx     context.Context
+	cancel  context.CancelFunc
+	deliver func(context.Context, *delivery) outcome
+
+	mu            sync.Mutex
+	queue         []*unit
+	keys          map[string]*unit    // partition keys with rows held here (queued or being delivered)
+	held          map[rowKey]*row     // every row leased here and not yet resolved in the database
+	pending       int                 // rows queued or being delivered (not yet acknowledged)
+	acks          []*row              // acknowledged rows waiting for their mark
+	promotions    map[string]struct{} // keys whose promotion found their counter locked: retried
+	marking       int                 // rows in the mark statement running now
+	pausedUntil   time.Time
+	brokerBackoff time.Duration
+	drainIdle     bool
+	drainErr      error
+	result        DrainResult
+
+	work    chan struct{} // a unit was queued
+	room    chan struct{} // rows were acknowledged or resolved: the claimer may have room
+	wake    chan struct{} // rows were resolved: keys this relay blocked may be claimable again
+	ackKick chan struct{}
+	done    chan struct{}
+}
+
+func kick(ch chan struct{}) {
+	select {
+	case ch <- struct{}{}:
+	default:
+	}
+}
+
+func (s *subscription) run() {
+	defer close(s.done)
+	var listen <-chan struct{}
+	if !s.s.disableNotify && !s.drain {
+		wake, stop := listenFor(s.ctx, s.r.o, min(s.s.pollingInterval, time.Second), s.s.logger)
+		defer stop()
+		listen = wake
+	}
+	var workers, background sync.WaitGroup
+	for range s.s.parallelism {
+		workers.Add(1)
+		go func() {
+			defer workers.Done()
+			s.worker()
+		}()
+	}
+	background.Add(1)
+	go func() {
+		defer background.Done()
+		s.keepLeases()
+	}()
+	ackerDone := make(chan struct{})
+	go func() {
+		defer close(ackerDone)
+		s.acker()
+	}()
+	s.claimer(listen)
+	s.cancel()
+	workers.Wait()
+	background.Wait()
+	kick(s.ackKick) // the acker flushes what is left and exits: ctx is done
+	<-ackerDone
+	s.releaseAll()
+}
+
+// claimer claims batches while there is room and rows are due, and otherwise waits for a wake-up, a poll, or
+// the next row falling due.
+func (s *subscription) claimer(listen <-chan struct{}) {
+	poll := time.NewTimer(0)
+	defer poll.Stop()
+	sweepEvery := min(max(5*s.s.pollingInterval, time.Second), 30*time.Second)
+	var lastSweep time.Time
+	for {
+		if s.ctx.Err() != nil {
+			return
+		}
+		if time.Since(lastSweep) >= sweepEvery {
+			s.sweep()
+			lastSweep = time.Now()
+		}
+		if !s.waitUnpaused() {
+			return
+		}
+		limit := s.roomFor()
+		if limit == 0 {
+			select {
+			case <-s.room:
+				continue
+			case <-s.ctx.Done():
+				return
+			}
+		}
+		n, err := s.claim(limit)
+		if err != nil {
+			if s.ctx.Err() != nil {
+				return
+			}
+			s.s.logger.Warn("stagehand: outbox claim failed; retrying at the next poll", "error", err)
+			if s.drain {
+				s.mu.Lock()
+				s.drainErr = err
+				s.mu.Unlock()
+				s.waitDrained()
+				return
+			}
+		}
+		if err == nil && n == limit {
+			continue // more may be due
+		}
+		if s.drain {
+			if s.drainFinished() {
+				return
+			}
+			select {
+			case <-s.wake:
+			case <-s.room:
+			case <-s.ctx.Done():
+				return
+			}
+			continue
+		}
+		wait := s.s.pollingInterval
+		if err == nil {
+			if next, ok := s.nextDue(); ok {
+				wait = min(wait, max(time.Until(next), time.Millisecond))
+			}
+		}
+		poll.Reset(wait)
+		select {
+		case <-listen:
+		case <-s.wake:
+		case <-poll.C:
+		case <-s.ctx.Done():
+			return
+		}
+		if !poll.Stop() {
+			select {
+			case <-poll.C:
+			default:
+			}
+		}
+	}
+}
+
+// roomFor is how many rows the claimer may claim now: a batch while fewer than a batch are waiting or in flight.
+func (s *subscription) roomFor() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.pending >= s.s.batchSize {
+		return 0
+	}
+	return s.s.batchSize
+}
+
+// drainFinished reports whether a drain has nothing left to do: no row held and the last claim came back short.
+func (s *subscription) drainFinished() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.held) == 0 && s.pending == 0 && len(s.acks) == 0 && s.marking == 0
+}
+
+func (s *subscription) waitDrained() {
+	for !s.drainFinished() {
+		select {
+		case <-s.wake:
+		case <-s.room:
+		case <-time.After(10 * time.Millisecond):
+		case <-s.ctx.Done():
+			return
+		}
+	}
+}
+
+func (s *subscription) waitUnpaused() bool {
+	for {
+		s.mu.Lock()
+		until := s.pausedUntil
+		s.mu.Unlock()
+		d := time.Until(until)
+		if d <= 0 {
+			return true
+		}
+		t := time.NewTimer(d)
+		select {
+		case <-t.C:
+		case <-s.ctx.Done():
+			t.Stop()
+			return false
+		}
+	}
+}
+
+func (s *subscription) claim(limit int) (int, error) {
+	now := s.r.o.now()
+	rows, err := s.r.o.pool.Query(s.ctx, s.q.claim, now, limit, s.owner, now.Add(s.s.leaseDuration), s.topics)
+	if err != nil {
+		return 0, fmt.Errorf("outbox: claim: %w", err)
+	}
+	var claimed []*row
+	for rows.Next() {
+		rw := &row{}
+		if err := rows.Scan(&rw.id, &rw.topic, &rw.msgType, &rw.payload, &rw.metadata, &rw.tenant,
+			&rw.correlationID, &rw.causationID, &rw.partitionKey, &rw.seq, &rw.attempts, &rw.createdAt,
+			&rw.scheduledAt); err != nil {
+			rows.Close()
+			return 0, fmt.Errorf("outbox: claim: %w", err)
+		}
+		claimed = append(claimed, rw)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return 0, fmt.Errorf("outbox: claim: %w", err)
+	}
+	s.enqueue(claimed)
+	return len(claimed), nil
+}
+
+// enqueue groups claimed rows into units: every unordered row alone, the rows of a key in sequence order.
+func (s *subscription) enqueue(rows []*row) {
+	if len(rows) == 0 {
+		return
+	}
+	sortRows(rows)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, rw := range rows {
+		if _, dup := s.held[rw.key()]; dup {
+			continue // a lease of ours that lapsed and was claimed again: it is already here
+		}
+		s.held[rw.key()] = rw
+		s.pending++
+		if !rw.ordered() {
+			s.queue = append(s.queue, &unit{rows: []*row{rw}})
+			continue
+		}
+		if u, ok := s.keys[rw.partitionKey]; ok {
+			u.rows = append(u.rows, rw)
+			continue
+		}
+		u := &unit{key: rw.partitionKey, rows: []*row{rw}}
+		s.keys[rw.partitionKey] = u
+		s.queue = append(s.queue, u)
+	}
+	kick(s.work)
+}
+
+// sweep promotes the first message of keys whose promotion was missed (see queries.sweep).
+func (s *subscription) sweep() {
+	tag, err := s.r.o.pool.Exec(s.ctx, s.q.sweep, s.r.o.now())
+	if err != nil {
+		if s.ctx.Err() == nil {
+			s.s.logger.Warn("stagehand: outbox sweep failed", "error", err)
+		}
+		return
+	}
+	if tag.RowsAffected() > 0 {
+		s.s.logger.Debug("stagehand: outbox sweep promoted messages", "count", tag.RowsAffected())
+	}
+}
+
+func (s *subscription) nextDue() (time.Time, bool) {
+	var next *time.Time
+	if err := s.r.o.pool.QueryRow(s.ctx, s.q.nextDue, s.r.o.now(), s.topics).Scan(&next); err != nil || next == nil {
+		return time.Time{}, false
+	}
+	// Compare on the outbox clock, wait on the real one.
+	return time.Now().Add(next.Sub(s.r.o.now())), true
+}
+
+// worker delivers units, one row at a time, until the subscription ends.
+func (s *subscription) worker() {
+	for {
+		u := s.nextUnit()
+		if u == nil {
+			return
+		}
+		s.deliverUnit(u)
+	}
+}
+
+func (s *subscription) nextUnit() *unit {
+	for {
+		if !s.waitUnpaused() {
+			return nil
+		}
+		s.mu.Lock()
+		if len(s.queue) > 0 {
+			u := s.queue[0]
+			s.queue[0] = nil
+			s.queue = s.queue[1:]
+			more := len(s.queue) > 0
+			s.mu.Unlock()
+			if more {
+				kick(s.work)
+			}
+			return u
+		}
+		s.mu.Unlock()
+		select {
+		case <-s.work:
+		case <-s.ctx.Done():
+			return nil
+		}
+	}
+}
+
+// next pops the unit's next row, or reports that the unit is finished (and forgets its key).
+func (s *subscription) next(u *unit) *row {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(u.rows) == 0 {
+		if u.key != "" && s.keys[u.key] == u {
+			delete(s.keys, u.key)
+		}
+		return nil
+	}
+	rw := u.rows[0]
+	u.rows[0] = nil
+	u.rows = u.rows[1:]
+	return rw
+}
+
+// rest takes the unit's undelivered rows away from it and forgets its key.
+func (s *subscription) rest(u *unit) []*row {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	rows := u.rows
+	u.rows = nil
+	if u.key != "" && s.keys[u.key] == u {
+		delete(s.keys, u.key)
+	}
+	return rows
+}
+
+func (s *subscription) deliverUnit(u *unit) {
+	for {
+		if s.ctx.Err() != nil {
+			return // closing: releaseAll gives the rest back
+		}
+		if !s.waitUnpaused() {
+			return
+		}
+		rw := s.next(u)
+		if rw == nil {
+			return
+		}
+		d := &delivery{row: rw}
+		out := s.classify(s.deliver(s.ctx, d))
+		switch out.kind {
+		case outcomeAck:
+			s.acked(rw)
+		case outcomeRelease:
+			return
+		case outcomeUnreachable:
+			s.unreachable(rw, u, out.err)
+			return
+		case outcomeReject:
+			if !s.rejected(rw, u, out.err) {
+				return
+			}
+		}
+	}
+}
+
+func (s *subscription) acked(rw *row) {
+	s.mu.Lock()
+	s.pending--
+	s.acks = append(s.acks, rw)
+	s.brokerBackoff = s.s.brokerBackoff
+	s.mu.Unlock()
+	kick(s.ackKick)
+	kick(s.room)
+}
+
+// resolved forgets rows whose fate the database now records.
+func (s *subscription) resolved(rows ...*row) {
+	s.mu.Lock()
+	for _, rw := range rows {
+		delete(s.held, rw.key())
+	}
+	s.mu.Unlock()
+}
+
+func (s *subscription) unpend(n int) {
+	s.mu.Lock()
+	s.pending -= n
+	s.mu.Unlock()
+	kick(s.room)
+	kick(s.wake)
+}
+
+// rejected records a rejected attempt: the row backs off (and the rest of its key with it) or, with its retries
+// used up, moves to the dead letters. It reports whether the unit may go on with its next row (only after a dead
+// letter that does not hold its key).
+func (s *subscription) rejected(rw *row, u *unit, cause error) bool {
+	if cause == nil {
+		cause = ErrNacked
+	}
+	attempt := rw.attempts + 1
+	now := s.r.o.now()
+	msg := truncateError(cause)
+	dead := attempt > s.s.maxRetryCount
+	holds := dead && rw.ordered() && !s.s.releaseKey
+	goOn := dead && !holds
+	var rest []*row
+	if !goOn {
+		rest = s.rest(u)
+	}
+	// Forget the rows before the database lets them go: a claim may return them the moment the statement below
+	// commits, and must not find them still held here (they would be skipped as our own).
+	s.resolved(append(rest, rw)...)
+	retryAt := now.Add(s.s.backoff(attempt))
+	// The rest of the key's run stays parked behind the row (backing off, or dead-lettered and holding the key);
+	// only a dead letter that releases its key promotes the next message.
+	b := &pgx.Batch{}
+	if dead {
+		b.Queue(s.q.deadLetter, rw.id, rw.topic, s.owner, msg, !s.s.releaseKey, now)
+	} else {
+		b.Queue(s.q.fail, rw.id, rw.topic, s.owner, msg, retryAt)
+	}
+	if len(rest) > 0 {
+		msgIDs, topics := keysOf(rest)
+		b.Queue(s.q.release, msgIDs, topics, s.owner)
+	}
+	promote := goOn && rw.ordered()
+	if promote {
+		b.Queue(s.q.lockKeys, []string{rw.partitionKey})
+		b.Queue(s.q.promote, []string{rw.partitionKey}, now)
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(s.ctx), 30*time.Second)
+	res := s.r.o.pool.SendBatch(ctx, b)
+	var err error
+	if promote {
+		for range 1 + min(len(rest), 1) { // the move, and the release if any
+			if err == nil {
+				_, err = res.Exec()
+			}
+		}
+		if err == nil {
+			var locked []string
+			if locked, err = lockedKeys(res); err == nil {
+				s.promoteLaterExcept([]string{rw.partitionKey}, locked)
+			}
+		}
+	}
+	if cerr := res.Close(); err == nil {
+		err = cerr
+	}
+	cancel()
+	if err != nil {
+		s.s.logger.Warn("stagehand: outbox could not record a failed delivery; the lease will lapse and the "+
+			"message will be retried", "message_id", rw.id, "error", err)
+	} else {
+		s.s.logger.Debug("stagehand: outbox delivery rejected", "message_id", rw.id, "attempt", attempt,
+			"dead_lettered", dead, "error", cause)
+	}
+	s.mu.Lock()
+	s.result.Failed++
+	if dead {
+		s.result.DeadLettered++
+	}
+	s.mu.Unlock()
+	s.unpend(1 + len(rest))
+	return goOn
+}
+
+// unreachable gives the row (and the rest of its unit) back without counting an attempt and pauses the whole
+// subscription, with a backoff that doubles while the broker stays unreachable.
+func (s *subscription) unreachable(rw *row, u *unit, cause error) {
+	rest := s.rest(u)
+	s.resolved(append(rest, rw)...) // before the release commits; see rejected
+	b := &pgx.Batch{}
+	b.Queue(s.q.unreachable, rw.id, rw.topic, s.owner, truncateError(cause))
+	if len(rest) > 0 {
+		msgIDs, topics := keysOf(rest)
+		b.Queue(s.q.release, msgIDs, topics, s.owner)
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(s.ctx), 30*time.Second)
+	if err := s.r.o.pool.SendBatch(ctx, b).Close(); err != nil {
+		s.s.logger.Warn("stagehand: outbox could not release a message", "message_id", rw.id, "error", err)
+	}
+	cancel()
+	s.mu.Lock()
+	pause := s.brokerBackoff
+	s.brokerBackoff = min(s.brokerBackoff*2, s.s.maxBrokerBackoff)
+	if until := time.Now().Add(pause); until.After(s.pausedUntil) {
+		s.pausedUntil = until
+	}
+	s.result.Unreachable++
+	s.mu.Unlock()
+	s.s.logger.Warn("stagehand: outbox broker unreachable; relay backing off", "pause", pause, "error", cause)
+	s.unpend(1 + len(rest))
+	if s.drain {
+		s.mu.Lock()
+		if s.drainErr == nil {
+			s.drainErr = fmt.Errorf("%w: %w", ErrBrokerUnavailable, cause)
+		}
+		s.mu.Unlock()
+		s.cancel()
+	}
+}
+
+// acker marks acknowledged rows sent, coalescing every ack that arrives while a mark statement runs into the next
+// one, so the database sees one statement per burst rather than one per message. It also retries promotions that
+// found a key's counter locked by a staging transaction.
+func (s *subscription) acker() {
+	lastVacuum := time.Now()
+	moved := 0
+	retry := time.NewTimer(time.Hour)
+	defer retry.Stop()
+	for {
+		s.mu.Lock()
+		batch := s.acks
+		s.acks = nil
+		s.marking = len(batch)
+		s.mu.Unlock()
+		if len(batch) > 0 {
+			keys := orderedKeys(batch)
+			msgKeys := make([]rowKey, len(batch))
+			for i, rw := range batch {
+				msgKeys[i] = rw.key()
+			}
+			if err := s.mark(msgKeys, keys); err != nil {
+				s.s.logger.Warn("stagehand: outbox could not mark messages sent; their leases will lapse and "+
+					"they will be published again", "count", len(batch), "error", err)
+			} else {
+				moved += len(batch)
+			}
+			s.mu.Lock()
+			for _, k := range msgKeys {
+				delete(s.held, k)
+			}
+			s.marking = 0
+			s.mu.Unlock()
+			kick(s.wake)
+			kick(s.room)
+			if s.s.vacuumInterval > 0 && moved > 0 && time.Since(lastVacuum) >= s.s.vacuumInterval {
+				s.vacuum()
+				lastVacuum, moved = time.Now(), 0
+			}
+			continue
+		}
+		if s.retryPromotions() {
+			retry.Reset(20 * time.Millisecond)
+		}
+		if s.ctx.Err() != nil {
+			return
+		}
+		select {
+		case <-s.ackKick:
+		case <-retry.C:
+		case <-s.ctx.Done():
+		}
+	}
+}
+
+// retryPromotions promotes the keys whose promotion was skipped, and reports whether some are still waiting.
+func (s *subscription) retryPromotions() bool {
+	s.mu.Lock()
+	keys := make([]string, 0, len(s.promotions))
+	for k := range s.promotions {
+		keys = append(keys, k)
+	}
+	s.promotions = nil
+	s.mu.Unlock()
+	if len(keys) == 0 {
+		return false
+	}
+	slices.Sort(keys)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(s.ctx), 30*time.Second)
+	defer cancel()
+	b := &pgx.Batch{}
+	b.Queue(s.q.lockKeys, keys)
+	b.Queue(s.q.promote, keys, s.r.o.now())
+	res := s.r.o.pool.SendBatch(ctx, b)
+	locked, err := lockedKeys(res)
+	if err == nil {
+		_, err = res.Exec()
+	}
+	if cerr := res.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		s.s.logger.Debug("stagehand: outbox promotion failed; the sweep will retry", "error", err)
+		return false
+	}
+	s.promoteLaterExcept(keys, locked)
+	kick(s.wake)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.promotions) > 0 && s.ctx.Err() == nil
+}
+
+// promoteLaterExcept remembers the keys whose counter was not locked, to promote them again.
+func (s *subscription) promoteLaterExcept(keys, locked []string) {
+	if len(locked) == len(keys) {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.promotions == nil {
+		s.promotions = map[string]struct{}{}
+	}
+	for _, k := range keys {
+		if !slices.Contains(locked, k) {
+			s.promotions[k] = struct{}{}
+		}
+	}
+}
+
+func lockedKeys(res pgx.BatchResults) ([]string, error) {
+	rows, err := res.Query()
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, pgx.RowTo[string])
+}
+
+// orderedKeys returns the distinct partition keys of the ordered rows, sorted (the order counters are locked in).
+func orderedKeys(rows []*row) []string {
+	var keys []string
+	for _, rw := range rows {
+		if rw.ordered() {
+			keys = append(keys, rw.partitionKey)
+		}
+	}
+	slices.Sort(keys)
+	return slices.Compact(keys)
+}
+
+// mark moves acknowledged rows to the ledger and promotes the next message of their keys, in one implicit
+// transaction (one round trip).
+func (s *subscription) mark(batch []rowKey, keys []string) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(s.ctx), 30*time.Second)
+	defer cancel()
+	msgIDs, topics := splitKeys(batch)
+	now := s.r.o.now()
+	b := &pgx.Batch{}
+	b.Queue(s.q.mark, msgIDs, topics, s.owner, now)
+	if len(keys) > 0 {
+		b.Queue(s.q.lockKeys, keys)
+		b.Queue(s.q.promote, keys, now)
+	}
+	res := s.r.o.pool.SendBatch(ctx, b)
+	tag, err := res.Exec()
+	if err == nil && len(keys) > 0 {
+		var locked []string
+		if locked, err = lockedKeys(res); err == nil {
+			_, err = res.Exec()
+			s.promoteLaterExcept(keys, locked)
+		}
+	}
+	if cerr := res.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("outbox: mark sent: %w", err)
+	}
+	s.mu.Lock()
+	s.result.Published += len(batch)
+	s.mu.Unlock()
+	if lost := len(batch) - int(tag.RowsAffected()); lost > 0 {
+		s.s.logger.Debug("stagehand: outbox lost leases before marking; another relay will publish again",
+			"count", lost)
+	}
+	return nil
+}
+
+func (s *subscription) vacuum() {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(s.ctx), time.Minute)
+	defer cancel()
+	if _, err := s.r.o.pool.Exec(ctx, "VACUUM (SKIP_LOCKED) "+pgx.Identifier{s.r.o.schema, "outbox"}.Sanitize()); err != nil {
+		s.s.logger.Debug("stagehand: outbox vacuum failed; autovacuum remains", "error", err)
+	}
+}
+
+// keepLeases renews the leases of the rows this subscription holds, every third of the lease duration.
+func (s *subscription) keepLeases() {
+	t := time.NewTicker(s.s.leaseDuration / 3)
+	defer t.Stop()
+	for {
+		select {
+		case <-t.C:
+		case <-s.ctx.Done():
+			return
+		}
+		s.mu.Lock()
+		held := make([]rowKey, 0, len(s.held))
+		for k := range s.held {
+			held = append(held, k)
+		}
+		s.mu.Unlock()
+		if len(held) == 0 {
+			continue
+		}
+		msgIDs, topics := splitKeys(held)
+		if _, err := s.r.o.pool.Exec(s.ctx, s.q.extend, msgIDs, topics, s.owner,
+			s.r.o.now().Add(s.s.leaseDuration)); err != nil && s.ctx.Err() == nil {
+			s.s.logger.Warn("stagehand: outbox could not renew leases", "count", len(held), "error", err)
+		}
+	}
+}
+
+// releaseAll gives back every row still held when the subscription ends, without counting an attempt.
+func (s *subscription) releaseAll() {
+	s.mu.Lock()
+	held := make([]rowKey, 0, len(s.held))
+	for k := range s.held {
+		held = append(held, k)
+	}
+	s.held = map[rowKey]*row{}
+	s.queue = nil
+	s.mu.Unlock()
+	if len(held) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	msgIDs, topics := splitKeys(held)
+	if _, err := s.r.o.pool.Exec(ctx, s.q.release, msgIDs, topics, s.owner); err != nil {
+		s.s.logger.Warn("stagehand: outbox could not release leases on close; they will lapse",
+			"count", len(held), "error", err)
+	}
+}
+
+// rowKey identifies an outbox row.
+type rowKey struct{ id, topic string }
+
+func (r *row) key() rowKey { return rowKey{r.id, r.topic} }
+
+func keysOf(rows []*row) (msgIDs, topics []string) {
+	msgIDs, topics = make([]string, len(rows)), make([]string, len(rows))
+	for i, r := range rows {
+		msgIDs[i], topics[i] = r.id, r.topic
+	}
+	return msgIDs, topics
+}
+
+func splitKeys(keys []rowKey) (msgIDs, topics []string) {
+	msgIDs, topics = make([]string, len(keys)), make([]string, len(keys))
+	for i, k := range keys {
+		msgIDs[i], topics[i] = k.id, k.topic
+	}
+	return msgIDs, topics
+}
+
+func truncateError(err error) string {
+	msg := err.Error()
+	if len(msg) > 4000 {
+		msg = msg[:4000] + "…"
+	}
+	return msg
+}
+
+// ErrNacked is the error recorded for a message that was nacked without an error recorded through RecordError.
+var ErrNacked = errors.New("outbox: message nacked")
+
+// ErrAckDeadline is the error recorded for a message not acknowledged within RelayConfig.AckDeadline.
+var ErrAckDeadline = errors.New("outbox: ack deadline exceeded")

@@ -1,0 +1,71 @@
+package outbox
+
+import (
+	"context"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+)
+
+// RouterConfig configures AddToRouter. A nil *RouterConfig uses the defaults.
+type RouterConfig struct {
+	// HandlerName names the router handler. Default "stagehand-outbox-relay".
+	HandlerName string
+	// Topics limits the relay to these outbox topics. Default: every topic.
+	Topics []string
+	// Middlewares wrap the publishing handler, inside the step that records its error for the relay, so an error
+	// they return (a circuit breaker's "open", say) is classified like a publish error. Watermill's Retry,
+	// CircuitBreaker, Timeout or Throttle belong here rather than on the router, where the relay would only see a
+	// Nack without its cause.
+	Middlewares []message.HandlerMiddleware
+}
+
+// AddToRouter adds a handler to router that publishes every message this relay delivers to pub, on the topic it
+// was staged for, with the same UUID, payload and metadata. A publish error is recorded (RecordError) and the
+// message nacked, so the relay counts the attempt, or backs off without counting it when the broker is
+// unreachable. Run the router to run the relay; closing the router closes the subscription.
+func (r *Relay) AddToRouter(router *message.Router, pub message.Publisher, cfg *RouterConfig) *message.Handler {
+	var c RouterConfig
+	if cfg != nil {
+		c = *cfg
+	}
+	if c.HandlerName == "" {
+		c.HandlerName = "stagehand-outbox-relay"
+	}
+	var h message.HandlerFunc = func(msg *message.Message) ([]*message.Message, error) {
+		topic, _ := DestinationTopic(msg)
+		out := message.NewMessage(msg.UUID, msg.Payload)
+		for k, v := range msg.Metadata {
+			out.Metadata.Set(k, v)
+		}
+		out.SetContext(msg.Context())
+		return nil, pub.Publish(topic, out)
+	}
+	for i := len(c.Middlewares) - 1; i >= 0; i-- {
+		h = c.Middlewares[i](h)
+	}
+	inner := h
+	recorder := func(msg *message.Message) ([]*message.Message, error) {
+		produced, err := inner(msg)
+		if err != nil {
+			RecordError(msg, err)
+		}
+		return produced, err
+	}
+	return router.AddConsumerHandler(c.HandlerName, "stagehand-outbox", topicSubscriber{r: r, topics: c.Topics},
+		func(msg *message.Message) error {
+			_, err := recorder(msg)
+			return err
+		})
+}
+
+// topicSubscriber subscribes to a fixed topic set whatever topic the router asks for.
+type topicSubscriber struct {
+	r      *Relay
+	topics []string
+}
+
+func (t topicSubscriber) Subscribe(ctx context.Context, _ string) (<-chan *message.Message, error) {
+	return t.r.SubscribeTopics(ctx, t.topics...)
+}
+
+func (t topicSubscriber) Close() error { return t.r.Close() }

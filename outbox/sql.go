@@ -1,0 +1,354 @@
+package outbox
+
+import (
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// queries holds every statement of the package, qualified with the configured schema. The table layout and the
+// reasons for it are in internal/migrate/sql/010_outbox.sql and 011_inbox.sql.
+type queries struct {
+	stageKeys, stage, stageRecheck                   string
+	claim, nextDue                                   string
+	mark, fail, release, unreachable, extend         string
+	lockKeys, lockKeysWait, promote, sweep           string
+	deadLetter                                       string
+	redrive, discard                                 string
+	listDead, getDead                                string
+	stats                                            string
+	cleanupSent                                      string
+	registerWatermark, advanceWatermark, dropWM, wms string
+
+	inboxClaim, inboxAttempt, inboxClearAttempts     string
+	inboxDeadLetter, inboxMarkDead                   string
+	inboxStats, inboxCleanup, inboxListDead, inboxRm string
+}
+
+func newQueries(schema string) queries {
+	t := func(name string) string { return pgx.Identifier{schema, name}.Sanitize() }
+	r := strings.NewReplacer(
+		"{outbox}", t("outbox"),
+		"{sent}", t("outbox_sent"),
+		"{dead}", t("outbox_dead_letters"),
+		"{keys}", t("outbox_keys"),
+		"{watermarks}", t("outbox_watermarks"),
+		"{inbox}", t("inbox"),
+		"{inbox_attempts}", t("inbox_attempts"),
+		"{inbox_dead}", t("inbox_dead_letters"),
+	)
+	q := queries{
+		// Stage, first statement: lock (and advance) the counter of every ordered key, in sorted order. The lock is
+		// held until the staging transaction ends, so a later committer of the same key gets higher numbers:
+		// sequence order is staging-commit order.
+		stageKeys: `
+INSERT INTO {keys} AS k (partition_key, last_seq)
+SELECT * FROM unnest($1::text[], $2::bigint[])
+ON CONFLICT (partition_key) DO UPDATE SET last_seq = k.last_seq + EXCLUDED.last_seq`,
+
+		// Stage, second statement (its snapshot is taken after the counters are locked, so it sees every earlier
+		// staging of these keys): number ordered messages after their counter and insert every message whose
+		// (ID, topic) is not already pending, sent or dead-lettered. An ordered message with an earlier pending
+		// message of its key, or whose key a dead letter holds, is parked ('infinity') until promoted.
+		stage: `
+WITH input AS (
+    SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::bytea[], $5::text[], $6::text[], $7::text[],
+        $8::text[], $9::text[], $10::bigint[], $11::timestamptz[], $12::bigint[], $13::bigint[])
+        AS m(message_id, message_type, topic, payload, metadata, tenant_id, correlation_id, causation_id,
+             partition_key, source_position, scheduled_at, key_index, key_count)
+), numbered AS (
+    SELECT i.*, k.last_seq - i.key_count + i.key_index AS seq
+    FROM input i LEFT JOIN {keys} k ON i.key_index IS NOT NULL AND k.partition_key = i.partition_key
+)
+INSERT INTO {outbox} (message_id, message_type, topic, payload, metadata, tenant_id, correlation_id, causation_id,
+    partition_key, seq, source_position, scheduled_at, next_attempt_at, created_at)
+SELECT n.message_id, n.message_type, n.topic, n.payload, n.metadata::jsonb, n.tenant_id, n.correlation_id,
+    n.causation_id, n.partition_key, n.seq, n.source_position, n.scheduled_at,
+    CASE WHEN n.seq IS NOT NULL AND (n.key_index > 1
+              OR EXISTS (SELECT 1 FROM {outbox} p WHERE p.partition_key = n.partition_key AND p.seq < n.seq)
+              OR EXISTS (SELECT 1 FROM {dead} d WHERE d.holds_key AND d.partition_key = n.partition_key))
+         THEN 'infinity'::timestamptz
+         ELSE coalesce(n.scheduled_at, $14) END,
+    $14
+FROM numbered n
+WHERE NOT EXISTS (SELECT 1 FROM {sent} s WHERE s.message_id = n.message_id AND s.topic = n.topic)
+  AND NOT EXISTS (SELECT 1 FROM {dead} d WHERE d.message_id = n.message_id AND d.topic = n.topic)
+ON CONFLICT (message_id, topic) DO NOTHING
+RETURNING message_id`,
+
+		// The recheck closes a race the statement above cannot see: its snapshot predates a relay's move of the
+		// same ID into the ledger (or the dead letters), whose delete then lets the insert through. A new statement
+		// sees the move and removes the duplicate before the staging transaction commits (READ COMMITTED).
+		stageRecheck: `
+DELETE FROM {outbox} o USING unnest($1::text[], $2::text[]) AS k(message_id, topic)
+WHERE o.message_id = k.message_id AND o.topic = k.topic
+  AND (EXISTS (SELECT 1 FROM {sent} s WHERE s.message_id = o.message_id AND s.topic = o.topic)
+    OR EXISTS (SELECT 1 FROM {dead} d WHERE d.message_id = o.message_id AND d.topic = o.topic))
+RETURNING o.message_id`,
+
+		// Claim: due, unleased rows that are the first pending message of their key (or unordered), oldest first,
+		// skipping rows another relay is claiming; then, for each such head, the (parked) messages that follow it in
+		// its key, so a relay delivers a key's run in order without a claim per message. Rank-then-age picking
+		// shares the batch between keys. The head check guards order even if a row were wrongly unparked. Lease
+		// updates touch no indexed column (HOT).
+		claim: `
+WITH heads AS (
+    SELECT o.message_id, o.topic, o.partition_key, o.seq, o.next_attempt_at
+    FROM {outbox} o
+    WHERE o.next_attempt_at <= $1 AND o.next_attempt_at < 'infinity'
+      AND (o.lease_expires_at IS NULL OR o.lease_expires_at <= $1)
+      AND ($5::text[] IS NULL OR o.topic = ANY($5))
+      AND (o.seq IS NULL OR (
+          NOT EXISTS (SELECT 1 FROM {outbox} p WHERE p.partition_key = o.partition_key AND p.seq < o.seq)
+          AND NOT EXISTS (SELECT 1 FROM {dead} d
+                          WHERE d.holds_key AND d.partition_key = o.partition_key AND d.seq < o.seq)))
+    ORDER BY o.next_attempt_at
+    LIMIT $2
+    FOR UPDATE SKIP LOCKED
+), per_key AS (
+    SELECT ($2 + count(*) - 1) / greatest(count(*), 1) - 1 AS n FROM heads
+), tails AS (
+    SELECT t.message_id, t.topic, t.rank, h.next_attempt_at AS ord FROM heads h
+    CROSS JOIN LATERAL (
+        SELECT p.message_id, p.topic, row_number() OVER (ORDER BY p.seq) AS rank
+        FROM {outbox} p
+        WHERE h.seq IS NOT NULL AND p.partition_key = h.partition_key AND p.seq > h.seq
+        ORDER BY p.seq
+        LIMIT (SELECT n FROM per_key)
+    ) t
+), picked AS (
+    SELECT message_id, topic FROM (
+        SELECT message_id, topic, 0::bigint AS rank, next_attempt_at AS ord FROM heads
+        UNION ALL
+        SELECT message_id, topic, rank, ord FROM tails
+    ) c
+    ORDER BY rank, ord
+    LIMIT $2
+)
+UPDATE {outbox} o SET lease_owner = $3, lease_expires_at = $4
+FROM picked WHERE o.message_id = picked.message_id AND o.topic = picked.topic
+RETURNING o.message_id, o.topic, o.message_type, o.payload, o.metadata, o.tenant_id, o.correlation_id,
+    o.causation_id, o.partition_key, o.seq, o.attempts, o.created_at, o.scheduled_at`,
+
+		nextDue: `
+SELECT min(next_attempt_at) FROM {outbox}
+WHERE next_attempt_at > $1 AND next_attempt_at < 'infinity' AND ($2::text[] IS NULL OR topic = ANY($2))`,
+
+		// Mark: move published rows still leased by this relay into the ledger, in one statement.
+		mark: `
+WITH done AS (
+    DELETE FROM {outbox} o USING unnest($1::text[], $2::text[]) AS k(message_id, topic)
+    WHERE o.message_id = k.message_id AND o.topic = k.topic AND o.lease_owner = $3
+    RETURNING o.message_id, o.tenant_id, o.topic, o.message_type, o.source_position, o.attempts, o.created_at
+)
+INSERT INTO {sent} (message_id, tenant_id, topic, message_type, source_position, attempts, created_at, sent_at)
+SELECT message_id, tenant_id, topic, message_type, source_position, attempts + 1, created_at, $4 FROM done
+ON CONFLICT (message_id, topic) DO NOTHING`,
+
+		// Fail: count a rejected attempt and back the row off.
+		fail: `
+UPDATE {outbox} SET attempts = attempts + 1, last_error = $4, next_attempt_at = $5,
+    lease_owner = NULL, lease_expires_at = NULL
+WHERE message_id = $1 AND topic = $2 AND lease_owner = $3`,
+
+		// Release: give rows back without counting an attempt (never delivered, relay closing, broker unreachable).
+		release: `
+UPDATE {outbox} o SET lease_owner = NULL, lease_expires_at = NULL
+FROM unnest($1::text[], $2::text[]) AS k(message_id, topic)
+WHERE o.message_id = k.message_id AND o.topic = k.topic AND o.lease_owner = $3`,
+
+		// Unreachable: like release, but remember why the row is still pending.
+		unreachable: `
+UPDATE {outbox} SET lease_owner = NULL, lease_expires_at = NULL, last_error = $4
+WHERE message_id = $1 AND topic = $2 AND lease_owner = $3`,
+
+		extend: `
+UPDATE {outbox} o SET lease_expires_at = $4
+FROM unnest($1::text[], $2::text[]) AS k(message_id, topic)
+WHERE o.message_id = k.message_id AND o.topic = k.topic AND o.lease_owner = $3`,
+
+		// Dead letter: move the row, with its last error, in one statement.
+		deadLetter: `
+WITH gone AS (
+    DELETE FROM {outbox} WHERE message_id = $1 AND topic = $2 AND lease_owner = $3 RETURNING *
+)
+INSERT INTO {dead} (message_id, tenant_id, message_type, topic, payload, metadata, correlation_id, causation_id,
+    partition_key, seq, source_position, scheduled_at, attempts, last_error, holds_key, created_at, dead_at)
+SELECT message_id, tenant_id, message_type, topic, payload, metadata, correlation_id, causation_id,
+    partition_key, seq, source_position, scheduled_at, attempts + 1, $4, seq IS NOT NULL AND $5, created_at, $6
+FROM gone`,
+
+		// Redrive: move dead letters back into the outbox, due now, with a fresh attempt count. A redriven message
+		// keeps its sequence number, so it goes before the messages its key was holding.
+		redrive: `
+WITH gone AS (
+    DELETE FROM {dead} WHERE message_id = ANY($1) AND ($2::text IS NULL OR tenant_id = $2) RETURNING *
+), back AS (
+    INSERT INTO {outbox} (message_id, message_type, topic, payload, metadata, tenant_id, correlation_id,
+        causation_id, partition_key, seq, source_position, scheduled_at, attempts, last_error, next_attempt_at,
+        created_at)
+    SELECT message_id, message_type, topic, payload, metadata, tenant_id, correlation_id, causation_id,
+        partition_key, seq, source_position, scheduled_at, 0, last_error, $3, created_at
+    FROM gone
+    RETURNING message_id
+)
+SELECT g.message_id, g.partition_key, g.holds_key FROM gone g`,
+
+		// Discard: drop dead letters, keeping their IDs in the ledger so re-staging them publishes nothing.
+		discard: `
+WITH gone AS (
+    DELETE FROM {dead} WHERE message_id = ANY($1) AND ($2::text IS NULL OR tenant_id = $2) RETURNING *
+), kept AS (
+    INSERT INTO {sent} (message_id, tenant_id, topic, message_type, source_position, attempts, created_at, sent_at,
+        outcome)
+    SELECT message_id, tenant_id, topic, message_type, source_position, attempts, created_at, $3, 'discarded'
+    FROM gone
+    ON CONFLICT (message_id, topic) DO NOTHING
+)
+SELECT g.message_id, g.partition_key, g.holds_key FROM gone g`,
+
+		// Lock key counters without waiting: a key whose counter a staging transaction holds is skipped (and
+		// promoted again later), because that transaction may be parking a message this promotion cannot see yet.
+		lockKeys: `
+SELECT partition_key FROM {keys} WHERE partition_key = ANY($1) ORDER BY partition_key FOR UPDATE SKIP LOCKED`,
+		lockKeysWait: `
+SELECT partition_key FROM {keys} WHERE partition_key = ANY($1) ORDER BY partition_key FOR UPDATE`,
+
+		// Promote: make the first pending message of each key due, when it is parked and no dead letter holds the
+		// key.
+		promote: `
+UPDATE {outbox} o SET next_attempt_at = $2
+FROM unnest($1::text[]) AS k(partition_key)
+CROSS JOIN LATERAL (
+    SELECT p.message_id, p.topic, p.seq FROM {outbox} p
+    WHERE p.partition_key = k.partition_key AND p.seq IS NOT NULL ORDER BY p.seq LIMIT 1
+) h
+WHERE o.message_id = h.message_id AND o.topic = h.topic AND o.next_attempt_at = 'infinity'
+  AND NOT EXISTS (SELECT 1 FROM {dead} d WHERE d.holds_key AND d.partition_key = k.partition_key AND d.seq < h.seq)`,
+
+		// Sweep: promote where a promotion was missed (a relay that died between a mark and a retried
+		// promotion). Visits each key with parked messages once (a skip scan), not each parked message.
+		sweep: `
+WITH RECURSIVE parked(partition_key) AS (
+    (SELECT partition_key FROM {outbox} WHERE next_attempt_at = 'infinity' ORDER BY partition_key LIMIT 1)
+    UNION ALL
+    SELECT (SELECT o.partition_key FROM {outbox} o
+            WHERE o.next_attempt_at = 'infinity' AND o.partition_key > parked.partition_key
+            ORDER BY o.partition_key LIMIT 1)
+    FROM parked WHERE parked.partition_key IS NOT NULL
+), heads AS (
+    SELECT h.* FROM parked
+    CROSS JOIN LATERAL (
+        SELECT p.message_id, p.topic, p.partition_key, p.seq, p.next_attempt_at FROM {outbox} p
+        WHERE p.partition_key = parked.partition_key AND p.seq IS NOT NULL ORDER BY p.seq LIMIT 1
+    ) h
+    WHERE parked.partition_key IS NOT NULL AND h.next_attempt_at = 'infinity'
+      AND NOT EXISTS (SELECT 1 FROM {dead} d WHERE d.holds_key AND d.partition_key = h.partition_key
+                      AND d.seq < h.seq)
+)
+UPDATE {outbox} o SET next_attempt_at = $1
+FROM heads h WHERE o.message_id = h.message_id AND o.topic = h.topic AND o.next_attempt_at = 'infinity'
+RETURNING o.partition_key`,
+
+		listDead: `
+SELECT message_id, tenant_id, message_type, topic, payload, metadata, correlation_id, causation_id, partition_key,
+    seq, source_position, scheduled_at, attempts, last_error, holds_key, created_at, dead_at
+FROM {dead}
+WHERE ($1::text IS NULL OR tenant_id = $1) AND ($2::text IS NULL OR topic = $2)
+  AND ($3::text IS NULL OR message_id = $3)
+  AND (dead_at, message_id, topic) > ($4, $5, $6)
+ORDER BY dead_at, message_id, topic
+LIMIT $7`,
+
+		getDead: `
+SELECT message_id, tenant_id, message_type, topic, payload, metadata, correlation_id, causation_id, partition_key,
+    seq, source_position, scheduled_at, attempts, last_error, holds_key, created_at, dead_at
+FROM {dead} WHERE message_id = $1 AND ($2::text IS NULL OR tenant_id = $2)
+ORDER BY dead_at, topic
+LIMIT 1`,
+
+		stats: `
+SELECT
+    count(*) FILTER (WHERE scheduled_at IS NULL OR scheduled_at <= $2),
+    count(*) FILTER (WHERE scheduled_at > $2 AND next_attempt_at < 'infinity'),
+    count(*) FILTER (WHERE attempts > 0 AND next_attempt_at > $2 AND next_attempt_at < 'infinity'),
+    count(*) FILTER (WHERE next_attempt_at = 'infinity'),
+    count(*) FILTER (WHERE lease_owner IS NOT NULL AND lease_expires_at > $2),
+    min(coalesce(scheduled_at, created_at)) FILTER (WHERE scheduled_at IS NULL OR scheduled_at <= $2),
+    (SELECT count(*) FROM {dead} WHERE $1::text IS NULL OR tenant_id = $1),
+    (SELECT count(*) FROM {sent} WHERE $1::text IS NULL OR tenant_id = $1)
+FROM {outbox} WHERE $1::text IS NULL OR tenant_id = $1`,
+
+		// Cleanup: one batch of ledger entries older than the cutoff, never at or above the lowest watermark.
+		cleanupSent: `
+WITH low AS (SELECT min(position) AS position FROM {watermarks}),
+victims AS (
+    SELECT s.message_id FROM {sent} s, low
+    WHERE s.sent_at < $1 AND ($2::text IS NULL OR s.tenant_id = $2)
+      AND (s.source_position IS NULL OR low.position IS NULL OR s.source_position < low.position)
+    LIMIT $3
+)
+DELETE FROM {sent} s USING victims v WHERE s.message_id = v.message_id`,
+
+		registerWatermark: `
+INSERT INTO {watermarks} (name, position, updated_at) VALUES ($1, $2, $3) ON CONFLICT (name) DO NOTHING`,
+		advanceWatermark: `
+INSERT INTO {watermarks} AS w (name, position, updated_at) VALUES ($1, $2, $3)
+ON CONFLICT (name) DO UPDATE SET position = greatest(w.position, EXCLUDED.position), updated_at = EXCLUDED.updated_at
+RETURNING position`,
+		dropWM: `DELETE FROM {watermarks} WHERE name = $1`,
+		wms:    `SELECT name, position, updated_at FROM {watermarks} ORDER BY name`,
+
+		inboxClaim: `
+INSERT INTO {inbox} (message_id, handler, tenant_id, message_type, processed_at) VALUES ($1, $2, $3, $4, $5)
+ON CONFLICT (message_id, handler) DO NOTHING`,
+		inboxAttempt: `
+INSERT INTO {inbox_attempts} AS a (message_id, handler, tenant_id, attempts, last_error, first_failed_at,
+    last_failed_at)
+VALUES ($1, $2, $3, 1, $4, $5, $5)
+ON CONFLICT (message_id, handler) DO UPDATE
+SET attempts = a.attempts + 1, last_error = EXCLUDED.last_error, last_failed_at = EXCLUDED.last_failed_at
+RETURNING attempts`,
+		inboxClearAttempts: `DELETE FROM {inbox_attempts} WHERE message_id = $1 AND handler = $2`,
+		inboxDeadLetter: `
+INSERT INTO {inbox_dead} (message_id, handler, tenant_id, message_type, topic, payload, metadata, attempts,
+    last_error, dead_at)
+VALUES ($1, $2, $3, $4, $5, $6, $7::jsonb, $8, $9, $10)
+ON CONFLICT (message_id, handler) DO NOTHING`,
+		inboxMarkDead: `
+INSERT INTO {inbox} (message_id, handler, tenant_id, message_type, outcome, processed_at)
+VALUES ($1, $2, $3, $4, 'dead-lettered', $5)
+ON CONFLICT (message_id, handler) DO NOTHING`,
+		inboxStats: `
+SELECT count(*) FILTER (WHERE outcome = 'handled'), min(processed_at),
+    (SELECT count(*) FROM {inbox_attempts} WHERE $1::text IS NULL OR tenant_id = $1),
+    (SELECT count(*) FROM {inbox_dead} WHERE $1::text IS NULL OR tenant_id = $1)
+FROM {inbox} WHERE $1::text IS NULL OR tenant_id = $1`,
+		inboxCleanup: `
+WITH victims AS (
+    SELECT message_id, handler FROM {inbox}
+    WHERE processed_at < $1 AND ($2::text IS NULL OR tenant_id = $2) LIMIT $3
+)
+DELETE FROM {inbox} i USING victims v WHERE i.message_id = v.message_id AND i.handler = v.handler`,
+		inboxListDead: `
+SELECT message_id, handler, tenant_id, message_type, topic, payload, metadata, attempts, last_error, dead_at
+FROM {inbox_dead}
+WHERE ($1::text IS NULL OR tenant_id = $1) AND ($2::text IS NULL OR handler = $2)
+  AND (dead_at, message_id, handler) > ($3, $4, $5)
+ORDER BY dead_at, message_id, handler
+LIMIT $6`,
+		inboxRm: `
+DELETE FROM {inbox_dead} WHERE message_id = $1 AND handler = $2 AND ($3::text IS NULL OR tenant_id = $3)`,
+	}
+	for _, p := range []*string{
+		&q.stageKeys, &q.stage, &q.stageRecheck, &q.claim, &q.nextDue, &q.mark, &q.fail, &q.release, &q.unreachable,
+		&q.extend, &q.lockKeys, &q.lockKeysWait, &q.promote, &q.sweep, &q.deadLetter, &q.redrive, &q.discard,
+		&q.listDead, &q.getDead, &q.stats,
+		&q.cleanupSent, &q.registerWatermark, &q.advanceWatermark, &q.dropWM, &q.wms,
+		&q.inboxClaim, &q.inboxAttempt, &q.inboxClearAttempts, &q.inboxDeadLetter, &q.inboxMarkDead,
+		&q.inboxStats, &q.inboxCleanup, &q.inboxListDead, &q.inboxRm,
+	} {
+		*p = r.Replace(*p)
+	}
+	return q
+}
