@@ -22,7 +22,7 @@ import (
 // Benchmarks run on a durable cluster (fsync and synchronous_commit on): DATABASE_URL when set, else a throwaway
 // one. Run them with
 //
-//	go test -run '^$' -bench . -benchtime 1x ./projection/
+//	go test -run '^$' -bench . -benchtime 1x -v ./projection/
 
 // catchUpEvents is 1M; STAGEHAND_BENCH_EVENTS overrides it for quicker exploratory runs.
 var catchUpEvents = func() int {
