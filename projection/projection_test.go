@@ -384,4 +384,9 @@ func TestRunLeavesNoGoroutines(t *testing.T) {
 	stop := start(t, p)
 	pgtest.Eventually(t, 10*time.Second, caughtUp(t, w, p), "catch-up")
 	require.NoError(t, stop())
+
+	// The Watermill subscriber too, closed in the middle of a delivery.
+	seen, stopRouter := routed(t, w, "g", "*", 0)
+	pgtest.Eventually(t, 10*time.Second, func() bool { return len(seen()) >= 3 }, "delivery")
+	stopRouter()
 }

@@ -78,6 +78,11 @@ type Config struct {
 	// lease and the checkpoint rows of the reset group are locked: clear the follower's own tables there.
 	OnReset func(ctx context.Context, tx pgx.Tx) error
 
+	// AfterCommit, when set, is called after each commit that handled at least one record (the Deferred stager
+	// wakes the outbox's relays there: a wake-up sent inside the transaction would arrive before the rows are
+	// visible). It must not block.
+	AfterCommit func()
+
 	// Clock is used for time lag. Default time.Now.
 	Clock func() time.Time
 	// Logger receives diagnostics. Default: silent.

@@ -319,6 +319,9 @@ func (f *Follower) commit(ctx context.Context, l lease.Lease, p *progress, b *tx
 	if err := tx.Commit(ctx); err != nil {
 		return fmt.Errorf("logfollow: commit checkpoint %d: %w", b.last, err)
 	}
+	if f.cfg.AfterCommit != nil && len(b.recs) > 0 {
+		f.cfg.AfterCommit()
+	}
 	return nil
 }
 

@@ -14,7 +14,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/stagehand-es/stagehand/eventstore"
-	"github.com/stagehand-es/stagehand/internal/lease"
 	"github.com/stagehand-es/stagehand/internal/logfollow"
 	"github.com/stagehand-es/stagehand/internal/pgtest"
 )
@@ -436,7 +435,6 @@ func TestConfigValidation(t *testing.T) {
 	}
 	_, err := logfollow.New(x.pool, nil, h, &logfollow.Config{Name: "f"})
 	require.ErrorContains(t, err, "store")
-	var _ = lease.ErrLost
 }
 
 // TestRunLeavesNoGoroutines is not parallel: the leak check sees every goroutine of the process, and sequential
