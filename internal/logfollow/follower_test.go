@@ -428,6 +428,7 @@ func TestConfigValidation(t *testing.T) {
 		"MaxAttempts":   {Name: "f", MaxAttempts: -1},
 		"MaxRetryDelay": {Name: "f", RetryDelay: time.Second, MaxRetryDelay: time.Millisecond},
 		"LeaseTTL":      {Name: "f", LeaseTTL: time.Millisecond},
+		"PagesPerTx":    {Name: "f", PagesPerTx: 101},
 	} {
 		_, err := logfollow.New(x.pool, x.store, h, cfg)
 		require.ErrorIs(t, err, logfollow.ErrInvalidConfig, field)
