@@ -1,0 +1,166 @@
+package staging
+
+// Save per strategy (1 event -> 1 message) at 1 and 16 clients, each beside raw SQL that writes the same event row
+// and outbox row in one transaction, alternating in the same run on a durable cluster; and the delay from the
+// append's commit to the staged row under EventuallyConsistent and Deferred:
+//
+//	go test ./staging -run '^$' -bench . -benchtime 1x
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/stagehand-es/stagehand"
+	"github.com/stagehand-es/stagehand/aggregate"
+	"github.com/stagehand-es/stagehand/eventstore"
+	"github.com/stagehand-es/stagehand/internal/benchpair"
+	"github.com/stagehand-es/stagehand/internal/pgtest"
+)
+
+func benchEnv(b *testing.B) *env {
+	b.Helper()
+	pool, schema := pgtest.MigratedOn(b, pgtest.DurableURL(b))
+	e := setupOn(b, pool, schema)
+	m := NewMapping(e.reg)
+	_ = Map(m, "placed", func(src eventstore.Record, ev OrderPlaced) ([]Message, error) {
+		return []Message{{Topic: "orders", Type: "order.placed", Payload: ev}}, nil
+	})
+	e.m = m
+	return e
+}
+
+var benchSeq atomic.Int64
+
+func BenchmarkSave(b *testing.B) {
+	for _, s := range []Strategy{Transactional, EventuallyConsistent, Deferred} {
+		for _, clients := range []int{1, 16} {
+			b.Run(fmt.Sprintf("%s/clients=%d", s, clients), func(b *testing.B) {
+				e := benchEnv(b)
+				ctx := context.Background()
+				r, _ := e.repo(e.store, &Config{Strategy: s, Outbox: e.outbox})
+				orders := make([]*Order, clients)
+				for i := range orders {
+					orders[i] = r.New(fmt.Sprintf("o-%d", benchSeq.Add(1)))
+				}
+				rawVersions := make([]int64, clients)
+				rawIDs := make([]string, clients)
+				for i := range rawIDs {
+					rawIDs[i] = fmt.Sprintf("raw-%d", benchSeq.Add(1))
+				}
+				events, outboxT := pgtest.Q(e.schema, "events"), pgtest.Q(e.schema, "outbox")
+				benchpair.Compare(b, benchpair.Config{Unit: "saves", Clients: clients},
+					func(w int) error {
+						aggregate.Raise(orders[w], OrderPlaced{Total: 1})
+						return r.Save(ctx, orders[w])
+					},
+					func(w int) error {
+						rawVersions[w]++
+						tx, err := e.pool.Begin(ctx)
+						if err != nil {
+							return err
+						}
+						defer func() { _ = tx.Rollback(ctx) }()
+						if _, err := tx.Exec(ctx, `INSERT INTO `+events+` (tenant_id, stream_id, stream_type, version,
+							event_id, event_type, payload, occurred_at) VALUES ($1, $2, 'shop.order', $3, $4,
+							'shop.order.placed', '{"Total":1}', now())`, stagehand.NoTenant, rawIDs[w],
+							rawVersions[w], uuid.Must(uuid.NewV7())); err != nil {
+							return err
+						}
+						if _, err := tx.Exec(ctx, `INSERT INTO `+outboxT+` (message_id, topic, message_type, payload,
+							partition_key, next_attempt_at, created_at) VALUES ($1, 'orders', 'order.placed',
+							'{"Total":1}', $2, now(), now())`, uuid.NewString(), rawIDs[w]); err != nil {
+							return err
+						}
+						return tx.Commit(ctx)
+					})
+			})
+		}
+	}
+}
+
+// BenchmarkCommitToStaged measures, under EventuallyConsistent, the time from the append's commit to the commit of
+// its staging, and under Deferred, the time from the save's return to the row appearing in the outbox (the
+// DeferredStager wakes on the event store's NOTIFY).
+func BenchmarkCommitToStaged(b *testing.B) {
+	const saves = 300
+	b.Run("eventually-consistent", func(b *testing.B) {
+		e := benchEnv(b)
+		ctx := context.Background()
+		var appended time.Time
+		r, st := e.repo(e.store, &Config{Strategy: EventuallyConsistent, Outbox: e.outbox})
+		st.hook = func(p string) {
+			if p == "appended" {
+				appended = time.Now()
+			}
+		}
+		var delays []time.Duration
+		o := r.New(fmt.Sprintf("o-%d", benchSeq.Add(1)))
+		for range saves {
+			aggregate.Raise(o, OrderPlaced{Total: 1})
+			if err := r.Save(ctx, o); err != nil {
+				b.Fatal(err)
+			}
+			delays = append(delays, time.Since(appended))
+		}
+		report(b, delays)
+	})
+	b.Run("deferred", func(b *testing.B) {
+		e := benchEnv(b)
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		r, _ := e.repo(e.store, &Config{Strategy: Deferred})
+		w, err := NewDeferredStager(e.store, e.outbox, e.m, &WorkerConfig{PollInterval: time.Second})
+		if err != nil {
+			b.Fatal(err)
+		}
+		var wg sync.WaitGroup
+		wg.Add(1)
+		go func() { defer wg.Done(); _ = w.Run(ctx) }()
+		defer wg.Wait()
+		defer cancel()
+		var delays []time.Duration
+		o := r.New(fmt.Sprintf("o-%d", benchSeq.Add(1)))
+		outboxT := pgtest.Q(e.schema, "outbox")
+		for range saves {
+			aggregate.Raise(o, OrderPlaced{Total: 1})
+			if err := r.Save(ctx, o); err != nil {
+				b.Fatal(err)
+			}
+			saved := time.Now()
+			id := MessageID("", o.ID(), o.StoredVersion(), "placed", 0)
+			for {
+				var n int
+				if err := e.pool.QueryRow(ctx, `SELECT count(*) FROM `+outboxT+` WHERE message_id = $1`, id).
+					Scan(&n); err != nil {
+					b.Fatal(err)
+				}
+				if n > 0 {
+					break
+				}
+				if time.Since(saved) > 10*time.Second {
+					b.Fatal("message never staged")
+				}
+				time.Sleep(200 * time.Microsecond)
+			}
+			delays = append(delays, time.Since(saved))
+		}
+		report(b, delays)
+	})
+}
+
+func report(b *testing.B, delays []time.Duration) {
+	sort.Slice(delays, func(i, j int) bool { return delays[i] < delays[j] })
+	p50, p99 := delays[len(delays)/2], delays[len(delays)*99/100]
+	b.ReportMetric(float64(p50.Microseconds())/1000, "p50-ms")
+	b.ReportMetric(float64(p99.Microseconds())/1000, "p99-ms")
+	fmt.Fprintf(os.Stdout, "DELAY %s: p50 %.2f ms, p99 %.2f ms (%d saves)\n", b.Name(),
+		float64(p50.Microseconds())/1000, float64(p99.Microseconds())/1000, len(delays))
+}

@@ -1,0 +1,37 @@
+// Package staging turns the domain events a repository saves into integration messages in the outbox, with one of
+// four strategies, and loses none in any of them.
+//
+// A Mapping derives zero or more messages (topic, stable type name, payload, partition key defaulting to the
+// aggregate ID, headers, optional schedule) from each recorded event, typed (Map) or raw (MapRaw). Every derived
+// message has a deterministic ID, a UUIDv5 of (tenant, stream, version, mapping name, index): whichever component
+// stages an event, and however often, the outbox stores its messages once.
+//
+// A Stager, given to a repository as aggregate.RepositoryConfig.Stager, applies one strategy:
+//
+//   - Transactional: the event store's transactional append stages the messages on its own transaction, after
+//     the version check; a conflict or a staging error rolls both back. In SaveTx it stages on the caller's
+//     transaction.
+//   - EventuallyConsistent: the append commits, then the messages are staged in a second transaction. A
+//     Reconciler following the log stages whatever a crash between the two left out, so nothing is lost. The save
+//     path skips events the reconciler has already passed (their messages may be published and cleaned up since)
+//     and holds the reconciler back until its own staging commits.
+//   - Deferred: saves stage nothing; a DeferredStager follows the log and stages in the transaction that advances
+//     its checkpoint.
+//   - Auto (the default) resolves once, at construction: Transactional when the store can share a transaction
+//     with the outbox, else EventuallyConsistent when an outbox is configured, else Deferred (with a warning).
+//     Transactional requested explicitly without those parts fails at construction, naming what is missing.
+//
+// In SaveTx the repository never sees the commit: EventuallyConsistent and Deferred leave staging to their worker.
+//
+// The workers (DeferredStager, Reconciler) run one active instance per name across processes, on the lease shared
+// with projections, stage exactly once per event (a crash rolls back both the staging and the checkpoint), report
+// their lag, and keep an outbox watermark so cleanup never forgets a sent message they could stage again.
+//
+// # Ordering
+//
+// Messages sharing a partition key are published in staging-commit order. Under Transactional and Deferred that
+// is the order of the events. Under EventuallyConsistent a crash between an append and its staging lets a later
+// event's message overtake the one the reconciler restores, and so can a save of the same aggregate that commits
+// and stages while the previous save's staging is still in flight; use Transactional when per-aggregate order
+// must hold exactly.
+package staging

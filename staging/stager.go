@@ -1,0 +1,302 @@
+package staging
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/stagehand-es/stagehand/aggregate"
+	"github.com/stagehand-es/stagehand/eventstore"
+	"github.com/stagehand-es/stagehand/outbox"
+)
+
+// Errors of the staging package. Compare with errors.Is.
+var (
+	// ErrInvalidConfig: a stager, a mapping or a worker was configured with something missing or invalid.
+	ErrInvalidConfig = errors.New("staging: invalid configuration")
+	// ErrInvalidMessage: a mapping returned a message that cannot be staged (no topic, unencodable payload).
+	ErrInvalidMessage = errors.New("staging: invalid message")
+)
+
+// Config configures a Stager. A nil *Config is invalid: a Mapping is required.
+type Config struct {
+	// Strategy is the staging strategy. Default Auto.
+	Strategy Strategy
+	// Outbox stages the messages. Required by Transactional and EventuallyConsistent; without it Auto resolves
+	// to Deferred.
+	Outbox *outbox.Outbox
+	// Mapping derives messages from events. Required.
+	Mapping *Mapping
+	// ReconcilerName is the WorkerConfig.Name of the Reconciler that backs this stager under
+	// EventuallyConsistent. Default "default".
+	ReconcilerName string
+	// Logger receives the one line naming the resolved strategy, and diagnostics. Default: silent.
+	Logger *slog.Logger
+
+	// hook, when set (tests only), is called at the named points of a save so a child process can be killed
+	// exactly there.
+	hook func(point string)
+}
+
+// Stager implements aggregate.Stager with one resolved strategy. Give one to each repository through
+// aggregate.RepositoryConfig.Stager.
+type Stager struct {
+	strategy  Strategy
+	requested Strategy
+	outbox    *outbox.Outbox
+	mapping   *Mapping
+	logger    *slog.Logger
+	hook      func(string)
+	// reconciler is the outbox watermark of the Reconciler backing EventuallyConsistent.
+	reconciler string
+}
+
+var _ aggregate.Stager = (*Stager)(nil)
+
+// New resolves the strategy for the given event store and returns the stager. An explicitly requested strategy
+// without the parts it needs fails here, naming what is missing; it never silently degrades.
+func New(store eventstore.Store, cfg *Config) (*Stager, error) {
+	if cfg == nil {
+		return nil, fmt.Errorf("%w: a Config with a Mapping is required", ErrInvalidConfig)
+	}
+	if store == nil {
+		return nil, fmt.Errorf("%w: the event store is nil", ErrInvalidConfig)
+	}
+	if cfg.Mapping == nil {
+		return nil, fmt.Errorf("%w: Mapping is required", ErrInvalidConfig)
+	}
+	if err := cfg.Mapping.Err(); err != nil {
+		return nil, err
+	}
+	logger := cfg.Logger
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	s := &Stager{requested: cfg.Strategy, outbox: cfg.Outbox, mapping: cfg.Mapping, logger: logger, hook: cfg.hook,
+		reconciler: workerName("reconciler", cfg.ReconcilerName)}
+	missing := transactionalGaps(store, cfg.Outbox)
+	switch cfg.Strategy {
+	case Auto:
+		switch {
+		case len(missing) == 0:
+			s.strategy = Transactional
+		case cfg.Outbox != nil:
+			s.strategy = EventuallyConsistent
+		default:
+			s.strategy = Deferred
+			logger.Warn("stagehand: staging strategy auto resolved to deferred because no outbox is configured: " +
+				"nothing is staged unless a DeferredStager runs")
+		}
+	case Transactional:
+		if len(missing) > 0 {
+			return nil, fmt.Errorf("%w: the transactional strategy needs %s", ErrInvalidConfig,
+				strings.Join(missing, "; and "))
+		}
+		s.strategy = Transactional
+	case EventuallyConsistent:
+		if cfg.Outbox == nil {
+			return nil, fmt.Errorf("%w: the eventually-consistent strategy needs an outbox (Config.Outbox is nil)",
+				ErrInvalidConfig)
+		}
+		s.strategy = EventuallyConsistent
+	case Deferred:
+		s.strategy = Deferred
+	default:
+		return nil, fmt.Errorf("%w: unknown strategy %d", ErrInvalidConfig, int(cfg.Strategy))
+	}
+	logger.Info("stagehand: staging strategy resolved", "requested", cfg.Strategy.String(),
+		"strategy", s.strategy.String())
+	return s, nil
+}
+
+// transactionalGaps lists what keeps store and o from sharing one transaction.
+func transactionalGaps(store eventstore.Store, o *outbox.Outbox) []string {
+	var missing []string
+	ts, ok := store.(eventstore.TransactionalStore)
+	if !ok {
+		missing = append(missing, fmt.Sprintf("an event store that appends inside a transaction "+
+			"(eventstore.TransactionalStore); %T is not one", store))
+	}
+	if o == nil {
+		missing = append(missing, "an outbox (Config.Outbox is nil)")
+	}
+	if ok && o != nil && !sameDatabase(ts, o) {
+		missing = append(missing, "the outbox on the event store's database (their pools connect to different "+
+			"databases)")
+	}
+	return missing
+}
+
+func sameDatabase(store eventstore.TransactionalStore, o *outbox.Outbox) bool {
+	sp, ok := store.(interface{ Pool() *pgxpool.Pool })
+	if !ok {
+		return false
+	}
+	a, b := sp.Pool(), o.Pool()
+	if a == b {
+		return true
+	}
+	ca, cb := a.Config().ConnConfig, b.Config().ConnConfig
+	return ca.Host == cb.Host && ca.Port == cb.Port && ca.Database == cb.Database
+}
+
+// Strategy returns the resolved strategy (never Auto).
+func (s *Stager) Strategy() Strategy { return s.strategy }
+
+// Requested returns the strategy the stager was configured with (possibly Auto).
+func (s *Stager) Requested() Strategy { return s.requested }
+
+func (s *Stager) at(point string) {
+	if s.hook != nil {
+		s.hook(point)
+	}
+}
+
+// Append implements aggregate.Stager.
+func (s *Stager) Append(ctx context.Context, store eventstore.Store, batch aggregate.Batch) (
+	eventstore.AppendResult, error) {
+	switch s.strategy {
+	case Transactional:
+		ts, ok := store.(eventstore.TransactionalStore)
+		if !ok {
+			return eventstore.AppendResult{}, fmt.Errorf("%w: transactional staging with %T", ErrInvalidConfig, store)
+		}
+		res, err := ts.AppendWith(ctx, batch.Request, func(ctx context.Context, tx pgx.Tx,
+			res eventstore.AppendResult) error {
+			s.at("appended")
+			msgs, err := s.messagesFor(res.Records, batch.Events)
+			if err != nil {
+				return err
+			}
+			if err := s.stage(ctx, tx, msgs); err != nil {
+				return err
+			}
+			s.at("staged")
+			return nil
+		})
+		if err != nil {
+			return res, err
+		}
+		s.outbox.Notify()
+		return res, nil
+	case EventuallyConsistent:
+		res, err := store.Append(ctx, batch.Request)
+		if err != nil {
+			return res, err
+		}
+		s.at("appended")
+		if err := s.stageAfterCommit(ctx, res.Records, batch.Events); err != nil {
+			// The events are committed: the save succeeded. The reconciler stages what is missing; reporting an
+			// error here would invite the caller to repeat a decision that is already stored.
+			s.logger.WarnContext(ctx, "stagehand: staging after the append failed; the reconciler will stage it",
+				"stream", batch.Request.StreamID, "version", res.Version, "error", err)
+		}
+		return res, nil
+	default: // Deferred
+		return store.Append(ctx, batch.Request)
+	}
+}
+
+// AppendTx implements aggregate.Stager. Under Transactional the messages are staged on tx; the caller's commit
+// makes both visible (call the outbox's Notify after committing for low latency). Under EventuallyConsistent and
+// Deferred the repository never sees the commit, so staging is left to the Reconciler or the DeferredStager.
+func (s *Stager) AppendTx(ctx context.Context, tx pgx.Tx, store eventstore.TransactionalStore,
+	batch aggregate.Batch) (eventstore.AppendResult, error) {
+	res, err := store.AppendTx(ctx, tx, batch.Request)
+	if err != nil || s.strategy != Transactional {
+		return res, err
+	}
+	msgs, err := s.messagesFor(res.Records, batch.Events)
+	if err == nil {
+		err = s.stage(ctx, tx, msgs)
+	}
+	if err != nil {
+		return eventstore.AppendResult{}, err
+	}
+	return res, nil
+}
+
+// stage stages msgs on db.
+func (s *Stager) stage(ctx context.Context, db outbox.DB, msgs []outbox.Message) error {
+	if len(msgs) == 0 {
+		return nil
+	}
+	if s.hook != nil && len(msgs) > 1 { // tests: a crash point in the middle of staging
+		half := len(msgs) / 2
+		if _, err := s.outbox.StageTx(ctx, db, msgs[:half]...); err != nil {
+			return err
+		}
+		s.at("staging")
+		msgs = msgs[half:]
+	}
+	_, err := s.outbox.StageTx(ctx, db, msgs...)
+	return err
+}
+
+// stageAfterCommit stages in a transaction of its own on the outbox's database.
+//
+// It first reads the reconciler's watermark, locked until the commit. Messages of events the reconciler has
+// already passed are left out: the reconciler staged them, and their outbox entries may be cleaned up by now, so
+// staging them again could publish them twice. For the others, the lock keeps the reconciler (and so cleanup) from
+// passing them before this transaction commits.
+func (s *Stager) stageAfterCommit(ctx context.Context, recs []eventstore.Record, events []any) error {
+	msgs, err := s.messagesFor(recs, events)
+	if err != nil || len(msgs) == 0 {
+		return err
+	}
+	tx, err := s.outbox.Pool().Begin(ctx)
+	if err != nil {
+		return fmt.Errorf("staging: begin: %w", err)
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	passed, registered, err := s.outbox.WatermarkTx(ctx, tx, s.reconciler)
+	if err != nil {
+		return err
+	}
+	if registered {
+		kept := msgs[:0]
+		for _, m := range msgs {
+			if m.SourcePosition > passed {
+				kept = append(kept, m)
+			}
+		}
+		if msgs = kept; len(msgs) == 0 {
+			return nil
+		}
+	}
+	if err := s.stage(ctx, tx, msgs); err != nil {
+		return err
+	}
+	s.at("staged")
+	if err := tx.Commit(ctx); err != nil {
+		return fmt.Errorf("staging: commit: %w", err)
+	}
+	s.outbox.Notify()
+	return nil
+}
+
+// messagesFor derives the messages of recs. events are the decoded values aligned with recs (nil entries are
+// decoded when a typed mapping needs them).
+func (s *Stager) messagesFor(recs []eventstore.Record, events []any) ([]outbox.Message, error) {
+	var out []outbox.Message
+	for i, rec := range recs {
+		if !s.mapping.Applies(rec.Type) {
+			continue
+		}
+		var ev any
+		if i < len(events) {
+			ev = events[i]
+		}
+		msgs, err := s.mapping.messages(rec, ev)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, msgs...)
+	}
+	return out, nil
+}

@@ -1,0 +1,295 @@
+package staging
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"log/slog"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/stagehand-es/stagehand/eventstore"
+	"github.com/stagehand-es/stagehand/internal/pgtest"
+	"github.com/stagehand-es/stagehand/outbox"
+)
+
+func TestAutoResolvesEachOutcome(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+
+	st, err := New(e.store, &Config{Outbox: e.outbox, Mapping: e.m})
+	require.NoError(t, err)
+	require.Equal(t, Transactional, st.Strategy(), "PostgreSQL store + outbox on its database")
+	require.Equal(t, Auto, st.Requested())
+
+	st, err = New(eventstore.NewMemory(nil), &Config{Outbox: e.outbox, Mapping: e.m})
+	require.NoError(t, err)
+	require.Equal(t, EventuallyConsistent, st.Strategy(), "in-memory store + PostgreSQL outbox")
+
+	var logs bytes.Buffer
+	st, err = New(e.store, &Config{Mapping: e.m, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	require.NoError(t, err)
+	require.Equal(t, Deferred, st.Strategy(), "no outbox")
+	require.Contains(t, logs.String(), "nothing is staged unless a DeferredStager runs")
+	require.Contains(t, logs.String(), "strategy=deferred", "the resolved strategy is logged once")
+
+	// An outbox on another database: the append cannot share its transaction.
+	other := otherDatabase(t)
+	ob2, err := outbox.New(other, &outbox.Config{Schema: e.schema})
+	require.NoError(t, err)
+	st, err = New(e.store, &Config{Outbox: ob2, Mapping: e.m})
+	require.NoError(t, err)
+	require.Equal(t, EventuallyConsistent, st.Strategy())
+}
+
+func TestExplicitTransactionalWithoutItsPartsFailsNamingThem(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	_, err := New(eventstore.NewMemory(nil), &Config{Strategy: Transactional, Outbox: e.outbox, Mapping: e.m})
+	require.ErrorIs(t, err, ErrInvalidConfig)
+	require.ErrorContains(t, err, "eventstore.TransactionalStore")
+	require.ErrorContains(t, err, "*eventstore.MemoryStore")
+
+	_, err = New(e.store, &Config{Strategy: Transactional, Mapping: e.m})
+	require.ErrorContains(t, err, "an outbox (Config.Outbox is nil)")
+
+	ob2, err := outbox.New(otherDatabase(t), &outbox.Config{Schema: e.schema})
+	require.NoError(t, err)
+	_, err = New(e.store, &Config{Strategy: Transactional, Outbox: ob2, Mapping: e.m})
+	require.ErrorContains(t, err, "different databases")
+
+	_, err = New(e.store, &Config{Strategy: EventuallyConsistent, Mapping: e.m})
+	require.ErrorContains(t, err, "eventually-consistent strategy needs an outbox")
+	_, err = New(e.store, nil)
+	require.ErrorIs(t, err, ErrInvalidConfig)
+	_, err = New(e.store, &Config{Strategy: Strategy(9), Mapping: e.m})
+	require.ErrorIs(t, err, ErrInvalidConfig)
+}
+
+// otherDatabase returns a pool on a second database of the test server.
+func otherDatabase(t *testing.T) *pgxpool.Pool {
+	t.Helper()
+	admin := pgtest.Pool(t)
+	name := pgtest.NewSchemaName(t)
+	pgtest.Exec(t, admin, "CREATE DATABASE "+name)
+	cfg, err := pgxpool.ParseConfig(pgtest.URL(t))
+	require.NoError(t, err)
+	cfg.ConnConfig.Database = name
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		pool.Close()
+		_, _ = admin.Exec(context.Background(), "DROP DATABASE "+name+" WITH (FORCE)")
+	})
+	return pool
+}
+
+func TestTransactionalStagesInTheAppendTransaction(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	ctx := context.Background()
+	r, st := e.repo(e.store, &Config{Strategy: Transactional, Outbox: e.outbox})
+	require.Equal(t, Transactional, st.Strategy())
+	for i := range 3 {
+		_, err := r.Create(ctx, orderID(i), func(o *Order) error { o.Place(10); return nil })
+		require.NoError(t, err)
+	}
+	e.requireExactlyOnce(e.store)
+	require.Len(t, e.stagedIDs(), 9, "3 orders x (2 placed messages + 1 confirmed message)")
+
+	// A concurrency conflict stages nothing.
+	stale, err := r.Load(ctx, orderID(0))
+	require.NoError(t, err)
+	_, err = r.Update(ctx, orderID(0), func(o *Order) error { o.Place(1); return nil })
+	require.NoError(t, err)
+	before := len(e.stagedIDs())
+	stale.Place(99)
+	err = r.Save(ctx, stale)
+	require.ErrorIs(t, err, eventstore.ErrConcurrencyConflict)
+	require.Len(t, e.stagedIDs(), before, "a conflicting save stages nothing")
+	e.requireExactlyOnce(e.store)
+}
+
+func TestTransactionalStagingErrorRollsBackTheAppend(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	ctx := context.Background()
+	m := NewMapping(e.reg)
+	require.NoError(t, m.MapRaw("broken", "shop.order.confirmed", func(eventstore.Record) ([]Message, error) {
+		return nil, errors.New("mapping failed")
+	}))
+	r, _ := e.repo(e.store, &Config{Strategy: Transactional, Outbox: e.outbox, Mapping: m})
+	_, err := r.Create(ctx, "o", func(o *Order) error { o.Place(1); return nil })
+	require.ErrorContains(t, err, "mapping failed")
+	_, err = e.store.ReadStream(ctx, "", "o", 0)
+	require.ErrorIs(t, err, eventstore.ErrStreamNotFound, "events and messages commit together or not at all")
+	require.Empty(t, e.stagedIDs())
+}
+
+func TestEventuallyConsistentStagesAfterTheAppend(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	ctx := context.Background()
+	r, st := e.repo(e.store, &Config{Strategy: EventuallyConsistent, Outbox: e.outbox})
+	require.Equal(t, EventuallyConsistent, st.Strategy())
+	for i := range 3 {
+		_, err := r.Create(ctx, orderID(i), func(o *Order) error { o.Place(5); return nil })
+		require.NoError(t, err)
+	}
+	e.requireExactlyOnce(e.store)
+
+	// A staging failure after the append does not fail the save (the events are stored); the reconciler stages.
+	var fail atomic.Bool
+	fail.Store(true)
+	m := NewMapping(e.reg)
+	require.NoError(t, m.MapRaw("flaky", "shop.order.placed", func(src eventstore.Record) ([]Message, error) {
+		if fail.Load() {
+			return nil, errors.New("transient")
+		}
+		return []Message{{Topic: "flaky"}}, nil
+	}))
+	var logs bytes.Buffer
+	r2, _ := e.repo(e.store, &Config{Strategy: EventuallyConsistent, Outbox: e.outbox, Mapping: m,
+		Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	_, err := r2.Create(ctx, "flaky-order", func(o *Order) error { o.Place(1); return nil })
+	require.NoError(t, err)
+	require.Contains(t, logs.String(), "the reconciler will stage it")
+	id := MessageID("", "flaky-order", 1, "flaky", 0)
+	require.Zero(t, e.stagedIDs()[id])
+
+	fail.Store(false)
+	rec, err := NewReconciler(e.store, e.outbox, m, &WorkerConfig{Name: "flaky"})
+	require.NoError(t, err)
+	runUntilCaughtUp(t, rec, e.store)
+	require.Equal(t, 1, e.stagedIDs()[id], "the reconciler staged what the save could not")
+}
+
+func TestDeferredStagesNothingOnSave(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	ctx := context.Background()
+	r, st := e.repo(e.store, &Config{Strategy: Deferred, Outbox: e.outbox})
+	require.Equal(t, Deferred, st.Strategy())
+	for i := range 4 {
+		_, err := r.Create(ctx, orderID(i), func(o *Order) error { o.Place(1); return nil })
+		require.NoError(t, err)
+	}
+	require.Empty(t, e.stagedIDs())
+	w, err := NewDeferredStager(e.store, e.outbox, e.m, nil)
+	require.NoError(t, err)
+	runUntilCaughtUp(t, w, e.store)
+	e.requireExactlyOnce(e.store)
+	lag, err := w.Lag(ctx)
+	require.NoError(t, err)
+	require.Zero(t, lag.Events)
+}
+
+func TestSaveTxStagesOnTheCallersTransactionOnlyWhenTransactional(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	ctx := context.Background()
+
+	r, _ := e.repo(e.store, &Config{Strategy: Transactional, Outbox: e.outbox})
+	tx, err := e.store.Begin(ctx)
+	require.NoError(t, err)
+	o := r.New("rolled")
+	o.Place(1)
+	require.NoError(t, r.SaveTx(ctx, tx, o))
+	require.NoError(t, tx.Rollback(ctx))
+	require.Empty(t, e.stagedIDs(), "rolled back with the caller's transaction")
+
+	tx, err = e.store.Begin(ctx)
+	require.NoError(t, err)
+	o = r.New("kept")
+	o.Place(1)
+	require.NoError(t, r.SaveTx(ctx, tx, o))
+	require.NoError(t, tx.Commit(ctx))
+	require.Len(t, e.stagedIDs(), 3)
+
+	for _, s := range []Strategy{EventuallyConsistent, Deferred} {
+		r, _ := e.repo(e.store, &Config{Strategy: s, Outbox: e.outbox})
+		tx, err := e.store.Begin(ctx)
+		require.NoError(t, err)
+		o := r.New("tx-" + s.String())
+		o.Place(1)
+		require.NoError(t, r.SaveTx(ctx, tx, o))
+		require.NoError(t, tx.Commit(ctx))
+	}
+	require.Len(t, e.stagedIDs(), 3, "eventually-consistent and deferred leave SaveTx staging to their workers")
+	w, err := NewReconciler(e.store, e.outbox, e.m, nil)
+	require.NoError(t, err)
+	runUntilCaughtUp(t, w, e.store)
+	e.requireExactlyOnce(e.store)
+}
+
+func TestWorkerConfigValidation(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	_, err := NewReconciler(nil, e.outbox, e.m, nil)
+	require.ErrorIs(t, err, ErrInvalidConfig)
+	_, err = NewDeferredStager(e.store, nil, e.m, nil)
+	require.ErrorIs(t, err, ErrInvalidConfig)
+	_, err = NewDeferredStager(e.store, e.outbox, NewMapping(e.reg), nil)
+	require.ErrorContains(t, err, "maps no event type")
+	_, err = NewDeferredStager(e.store, e.outbox, e.m, &WorkerConfig{BatchSize: -1})
+	require.ErrorIs(t, err, ErrInvalidConfig)
+}
+
+func TestTwoDeferredStagersWithOneNameNeverBothStage(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	r, _ := e.repo(e.store, &Config{Strategy: Deferred})
+
+	var peak atomic.Int64
+	var handledBy [2]atomic.Int64
+	var active atomic.Int64
+	workers := make([]*Worker, 2)
+	done := make(chan error, 2)
+	for i := range workers {
+		w, err := NewDeferredStager(e.store, e.outbox, e.m, &WorkerConfig{BatchSize: 3, LeaseTTL: time.Second,
+			PollInterval: 20 * time.Millisecond})
+		require.NoError(t, err)
+		w.hook = func(point string) {
+			if point != "staged" {
+				return
+			}
+			n := active.Add(1)
+			for {
+				p := peak.Load()
+				if n <= p || peak.CompareAndSwap(p, n) {
+					break
+				}
+			}
+			handledBy[i].Add(1)
+			time.Sleep(5 * time.Millisecond) // widen the window two active stagers would need
+			active.Add(-1)
+		}
+		workers[i] = w
+		go func() { done <- w.Run(ctx) }()
+	}
+	for i := range 30 {
+		_, err := r.Create(ctx, orderID(i), func(o *Order) error { o.Place(1); return nil })
+		require.NoError(t, err)
+	}
+	head, err := e.store.HeadPosition(ctx)
+	require.NoError(t, err)
+	pgtest.Eventually(t, 30*time.Second, func() bool {
+		lag, err := workers[0].Lag(ctx)
+		return err == nil && lag.Position >= head
+	}, "the stagers did not catch up")
+	cancel()
+	for range workers {
+		if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
+			require.NoError(t, err)
+		}
+	}
+	require.Equal(t, int64(1), peak.Load(), "two stagers with one name staged at the same time")
+	require.Positive(t, handledBy[0].Load()+handledBy[1].Load())
+	e.requireExactlyOnce(e.store)
+}

@@ -1,0 +1,191 @@
+package staging
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/stagehand-es/stagehand/eventstore"
+	"github.com/stagehand-es/stagehand/internal/logfollow"
+	"github.com/stagehand-es/stagehand/outbox"
+)
+
+// WorkerConfig configures a DeferredStager or a Reconciler. A nil *WorkerConfig uses the defaults.
+type WorkerConfig struct {
+	// Name distinguishes workers of one kind (one per mapping, say). Default "default". The worker's checkpoint
+	// and lease are named "stager:NAME" or "reconciler:NAME", and so is its outbox watermark.
+	Name string
+	// Schema holding the checkpoint and lease tables. Default: the outbox's schema.
+	Schema string
+	// BatchSize is the most log positions read and staged per transaction. Default 1000; 1 to 10000.
+	BatchSize int
+	// PollInterval is how often the log is polled when no wake-up arrives. Default 1s.
+	PollInterval time.Duration
+	// LeaseTTL is how long a dead worker blocks its successor: one instance per name runs at a time across
+	// processes. Default 15s.
+	LeaseTTL time.Duration
+	// Owner names this process in the lease table. Default: host name and process ID.
+	Owner string
+	// Logger receives diagnostics. Default: silent.
+	Logger *slog.Logger
+}
+
+// Worker follows the global log and stages the messages of the mapped events it reads, in the transaction that
+// advances its checkpoint, so each event's messages are staged exactly once by it: a crash rolls back both, a
+// zombie instance's commit is refused. One instance per name is active across processes (a shared lease); others
+// wait as standbys and take over when it stops or dies.
+//
+// It starts from the beginning of the log the first time it runs. Staging an event whose messages are already in
+// the outbox inserts nothing (deterministic message IDs), so overlap with the save path costs no duplicate.
+type Worker struct {
+	kind      string
+	name      string
+	follower  *logfollow.Follower
+	outbox    *outbox.Outbox
+	mapping   *Mapping
+	watermark string
+	logger    *slog.Logger
+	hook      func(string)
+}
+
+// NewDeferredStager returns the worker that stages for repositories using the Deferred strategy. It reads the
+// events of store and stages through o, on o's database.
+func NewDeferredStager(store eventstore.Store, o *outbox.Outbox, m *Mapping, cfg *WorkerConfig) (*Worker, error) {
+	return newWorker("stager", store, o, m, cfg)
+}
+
+// NewReconciler returns the worker that makes EventuallyConsistent lose nothing: it stages whatever a crash
+// between an append and its staging left out. Run it wherever repositories use EventuallyConsistent.
+func NewReconciler(store eventstore.Store, o *outbox.Outbox, m *Mapping, cfg *WorkerConfig) (*Worker, error) {
+	return newWorker("reconciler", store, o, m, cfg)
+}
+
+func newWorker(kind string, store eventstore.Store, o *outbox.Outbox, m *Mapping, cfg *WorkerConfig) (
+	*Worker, error) {
+	var c WorkerConfig
+	if cfg != nil {
+		c = *cfg
+	}
+	switch {
+	case store == nil:
+		return nil, fmt.Errorf("%w: %s: the event store is nil", ErrInvalidConfig, kind)
+	case o == nil:
+		return nil, fmt.Errorf("%w: %s: the outbox is nil", ErrInvalidConfig, kind)
+	case m == nil:
+		return nil, fmt.Errorf("%w: %s: the mapping is nil", ErrInvalidConfig, kind)
+	}
+	if err := m.Err(); err != nil {
+		return nil, err
+	}
+	if c.Schema == "" {
+		c.Schema = o.Schema()
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	types := m.EventTypes()
+	if len(types) == 0 {
+		return nil, fmt.Errorf("%w: %s %q: the mapping maps no event type", ErrInvalidConfig, kind, workerName(kind,
+			c.Name))
+	}
+	w := &Worker{kind: kind, name: workerName(kind, c.Name), outbox: o, mapping: m, logger: c.Logger}
+	w.watermark = w.name
+	f, err := logfollow.New(o.Pool(), store, w.handle, &logfollow.Config{
+		Name:         w.name,
+		Kind:         kind,
+		Schema:       c.Schema,
+		EventTypes:   types,
+		BatchSize:    c.BatchSize,
+		PollInterval: c.PollInterval,
+		LeaseTTL:     c.LeaseTTL,
+		Owner:        c.Owner,
+		Logger:       c.Logger,
+		AfterCommit:  o.Notify,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s %q: %w", ErrInvalidConfig, kind, c.Name, err)
+	}
+	w.follower = f
+	return w, nil
+}
+
+// workerName is the checkpoint, lease and watermark name of a worker.
+func workerName(kind, name string) string {
+	if strings.TrimSpace(name) == "" {
+		name = "default"
+	}
+	return kind + ":" + name
+}
+
+// Name returns the worker's checkpoint, lease and watermark name ("stager:NAME" or "reconciler:NAME").
+func (w *Worker) Name() string { return w.name }
+
+// Run follows the log until ctx ends. It registers the worker's outbox watermark first, so outbox cleanup keeps
+// the IDs of sent messages the worker could still stage again.
+func (w *Worker) Run(ctx context.Context) error {
+	lag, err := w.follower.Lag(ctx)
+	if err != nil {
+		return fmt.Errorf("staging: %s: %w", w.name, err)
+	}
+	if err := w.outbox.RegisterWatermarkTx(ctx, w.outbox.Pool(), w.watermark, lag.Position); err != nil {
+		return fmt.Errorf("staging: %s: %w", w.name, err)
+	}
+	return w.follower.Run(ctx)
+}
+
+// Wake makes the worker read the log now (for event stores without notifications, such as the in-memory one).
+func (w *Worker) Wake() { w.follower.Wake() }
+
+// Lag is how far a worker is behind the head of the log.
+type Lag struct {
+	// Position is the worker's checkpoint and Head the highest committed position.
+	Position, Head int64
+	// Events is Head - Position (an upper bound on the events left: filtered-out events count too).
+	Events int64
+	// Time is how long the oldest event still ahead has been waiting.
+	Time time.Duration
+}
+
+// Lag reads the worker's checkpoint and measures how far behind the head it is.
+func (w *Worker) Lag(ctx context.Context) (Lag, error) {
+	l, err := w.follower.Lag(ctx)
+	if err != nil {
+		return Lag{}, err
+	}
+	return Lag{Position: l.Position, Head: l.Head, Events: l.Events, Time: l.Time}, nil
+}
+
+func (w *Worker) handle(ctx context.Context, tx pgx.Tx, recs []eventstore.Record) error {
+	var msgs []outbox.Message
+	for _, rec := range recs {
+		m, err := w.mapping.messages(rec, nil)
+		if err != nil {
+			return err
+		}
+		msgs = append(msgs, m...)
+	}
+	if w.hook != nil && len(msgs) > 1 {
+		half := len(msgs) / 2
+		if _, err := w.outbox.StageTx(ctx, tx, msgs[:half]...); err != nil {
+			return err
+		}
+		w.hook("staging")
+		msgs = msgs[half:]
+	}
+	if _, err := w.outbox.StageTx(ctx, tx, msgs...); err != nil {
+		return err
+	}
+	if len(recs) > 0 {
+		if _, err := w.outbox.AdvanceWatermarkTx(ctx, tx, w.watermark, recs[len(recs)-1].Position); err != nil {
+			return err
+		}
+	}
+	if w.hook != nil {
+		w.hook("staged")
+	}
+	return nil
+}
