@@ -54,7 +54,8 @@
 // ListStatus returns, for every projection and partition, from the database (so any process sees all of them):
 // position, head, lag in events and in time, state (running while a process holds the lease, stopped, failed),
 // last error, the event being retried, parked count, rebuild pending and the lease owner. ListParked,
-// Projection.ReplayParked and DiscardParked manage parked events.
+// Projection.ReplayParked, RequestReplay (carried out by a running instance, for a CLI) and DiscardParked manage
+// parked events.
 //
 // # Watermill
 //

@@ -32,6 +32,8 @@ type ParkedEvent struct {
 	Attempts   int
 	LastError  string
 	ParkedAt   time.Time
+	// ReplayRequested is true between RequestReplay and the replay attempt.
+	ReplayRequested bool
 }
 
 // park records rec in the parked table, in the follower's transaction that moves the checkpoint past it.
@@ -60,7 +62,7 @@ func (p *Projection) parkedTable() string {
 // position first.
 func ListParked(ctx context.Context, db DB, schema, name string) ([]ParkedEvent, error) {
 	rows, err := db.Query(ctx, `SELECT id, projection, checkpoint, position, tenant_id, stream_id, stream_type,
-			version, event_id, event_type, attempts, last_error, parked_at
+			version, event_id, event_type, attempts, last_error, parked_at, replay_requested
 		FROM `+pgx.Identifier{schema, "projection_parked"}.Sanitize()+`
 		WHERE $1 = '' OR projection = $1 ORDER BY projection, position`, name)
 	if err != nil {
@@ -69,7 +71,7 @@ func ListParked(ctx context.Context, db DB, schema, name string) ([]ParkedEvent,
 	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (ParkedEvent, error) {
 		var e ParkedEvent
 		err := r.Scan(&e.ID, &e.Projection, &e.Checkpoint, &e.Position, &e.Tenant, &e.StreamID, &e.StreamType,
-			&e.Version, &e.EventID, &e.EventType, &e.Attempts, &e.LastError, &e.ParkedAt)
+			&e.Version, &e.EventID, &e.EventType, &e.Attempts, &e.LastError, &e.ParkedAt, &e.ReplayRequested)
 		e.ParkedAt = e.ParkedAt.UTC()
 		return e, err
 	})
@@ -134,8 +136,45 @@ func (p *Projection) ReplayParked(ctx context.Context, id int64) error {
 		return err
 	}
 	if _, uerr := p.pool.Exec(context.WithoutCancel(ctx), `UPDATE `+p.parkedTable()+`
-		SET attempts = attempts + 1, last_error = $2 WHERE id = $1`, id, err.Error()); uerr != nil {
+		SET attempts = attempts + 1, last_error = $2, replay_requested = false WHERE id = $1`, id,
+		err.Error()); uerr != nil {
 		p.cfg.Logger.WarnContext(ctx, "stagehand: could not record a replay failure", "id", id, "error", uerr)
 	}
 	return fmt.Errorf("projection %s: replay parked event %d: %w", p.cfg.Name, id, err)
+}
+
+// RequestReplay asks the processes running the projection name to replay its parked events ids (all of them
+// when ids is empty), for code that has no Projection (a CLI). A running projection replays requested events
+// every PollInterval with ReplayParked: each is applied exactly once and leaves the parked table, or stays with
+// its new error and the request cleared. It returns how many events were marked.
+func RequestReplay(ctx context.Context, db DB, schema, name string, ids ...int64) (int64, error) {
+	tag, err := db.Exec(ctx, `UPDATE `+pgx.Identifier{schema, "projection_parked"}.Sanitize()+`
+		SET replay_requested = true WHERE projection = $1 AND (coalesce(cardinality($2::bigint[]), 0) = 0 OR id = ANY($2))`,
+		name, ids)
+	if err != nil {
+		return 0, fmt.Errorf("projection: request replay of parked events of %q: %w", name, err)
+	}
+	return tag.RowsAffected(), nil
+}
+
+// replayRequested replays the parked events an operator asked for (RequestReplay), oldest first.
+func (p *Projection) replayRequested(ctx context.Context) {
+	rows, err := p.pool.Query(ctx, `SELECT id FROM `+p.parkedTable()+`
+		WHERE projection = $1 AND replay_requested ORDER BY position`, p.cfg.Name)
+	if err != nil {
+		if ctx.Err() == nil {
+			p.cfg.Logger.WarnContext(ctx, "stagehand: could not read replay requests", "error", err)
+		}
+		return
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil {
+		return
+	}
+	for _, id := range ids {
+		if err := p.ReplayParked(ctx, id); err != nil && !errors.Is(err, ErrParkedNotFound) && ctx.Err() == nil {
+			p.cfg.Logger.WarnContext(ctx, "stagehand: requested replay of a parked event failed", "id", id,
+				"error", err)
+		}
+	}
 }

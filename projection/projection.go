@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -143,15 +144,40 @@ func (p *Projection) Name() string { return p.cfg.Name }
 // under the Stop failure mode (returning a *HandlerError). Only one process runs a projection (each partition)
 // at a time: Run waits as a standby while another holds it, and takes over when that process stops or dies.
 // In partitioned mode Run runs every partition and stops them all when one stops with an error.
+//
+// While it runs it also replays the parked events an operator asked for with RequestReplay.
 func (p *Projection) Run(ctx context.Context) error {
-	if len(p.followers) == 1 {
-		return p.followers[0].Run(ctx)
-	}
 	g, gctx := errgroup.WithContext(ctx)
 	for _, f := range p.followers {
 		g.Go(func() error { return f.Run(gctx) })
 	}
-	return g.Wait()
+	replayCtx, stopReplay := context.WithCancel(gctx)
+	defer stopReplay()
+	replayDone := make(chan struct{})
+	go func() {
+		defer close(replayDone)
+		t := time.NewTicker(p.pollInterval())
+		defer t.Stop()
+		for {
+			select {
+			case <-replayCtx.Done():
+				return
+			case <-t.C:
+				p.replayRequested(replayCtx)
+			}
+		}
+	}()
+	err := g.Wait()
+	stopReplay()
+	<-replayDone
+	return err
+}
+
+func (p *Projection) pollInterval() time.Duration {
+	if p.cfg.PollInterval > 0 {
+		return p.cfg.PollInterval
+	}
+	return time.Second
 }
 
 // Rebuild asks the projection to rebuild its read model: the process running it calls the handler's Reset (see

@@ -179,7 +179,8 @@ func TestParkModeParksTheFailingEventAndOthersFlow(t *testing.T) {
 	w.open(t, w.store, "a")
 	w.appendEvents(t, w.store, "a", 1, Deposited{Amount: 13}, Deposited{Amount: 2})
 	w.open(t, w.store, "b")
-	p := w.newProjection(t, m.mux(), projection.Config{OnFailure: projection.Park, MaxAttempts: 3})
+	p := w.newProjection(t, m.mux(), projection.Config{OnFailure: projection.Park, MaxAttempts: 3,
+		PollInterval: 20 * time.Millisecond})
 	start(t, p)
 	pgtest.Eventually(t, 10*time.Second, caughtUp(t, w, p), "others flow")
 	require.Equal(t, []int64{1, 4}, appliedPositions(t, w), "the parked event's stream stops at it (its "+
@@ -203,16 +204,31 @@ func TestParkModeParksTheFailingEventAndOthersFlow(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 4, again[0].Attempts)
 
-	// Fixed: replay in order applies each exactly once and empties the parked list.
+	// An operator's replay request (as from a CLI) is carried out by the running projection; still failing, it
+	// records the error and clears the request.
+	n, err := projection.RequestReplay(context.Background(), w.pool, w.schema, "accounts", parked[1].ID)
+	require.NoError(t, err)
+	require.Equal(t, int64(1), n)
+	pgtest.Eventually(t, 10*time.Second, func() bool {
+		ps, err := p.Parked(context.Background())
+		require.NoError(t, err)
+		return len(ps) == 2 && !ps[1].ReplayRequested && ps[1].Attempts == 4
+	}, "requested replay attempted")
+
+	// Fixed: replaying everything (in log order) applies each exactly once and empties the parked list.
 	broken.Store(false)
-	require.NoError(t, p.ReplayParked(context.Background(), parked[0].ID))
-	require.NoError(t, p.ReplayParked(context.Background(), parked[1].ID))
+	n, err = projection.RequestReplay(context.Background(), w.pool, w.schema, "accounts")
+	require.NoError(t, err)
+	require.Equal(t, int64(2), n)
+	pgtest.Eventually(t, 10*time.Second, func() bool {
+		ps, err := p.Parked(context.Background())
+		require.NoError(t, err)
+		return len(ps) == 0
+	}, "replayed")
 	require.ErrorIs(t, p.ReplayParked(context.Background(), parked[1].ID), projection.ErrParkedNotFound)
 	w.requireOnce(t, "rm", w.logPositions(t))
 	require.Contains(t, w.snapshot(t, "rm"), "a owner-a 15 3 3")
-	left, err := p.Parked(context.Background())
-	require.NoError(t, err)
-	require.Empty(t, left)
+	require.Zero(t, status(t, p).Parked)
 }
 
 func appliedPositions(t *testing.T, w world) []int64 {

@@ -16,5 +16,7 @@ CREATE TABLE projection_parked (
     attempts    integer     NOT NULL,
     last_error  text        NOT NULL,
     parked_at   timestamptz NOT NULL DEFAULT now(),
+    -- Set by an operator (RequestReplay); a process running the projection replays the event and deletes the row.
+    replay_requested boolean NOT NULL DEFAULT false,
     CONSTRAINT projection_parked_position_key UNIQUE (projection, position)
 );
