@@ -328,10 +328,12 @@ func TestStatusReportsLag(t *testing.T) {
 }
 
 // TestLiveLatencyWithNotify is not parallel: it measures latency, which the other tests' load (on two cores,
-// with the race detector) would distort; sequential tests run while the parallel ones wait.
+// with the race detector) would distort; sequential tests run while the parallel ones wait. Other packages'
+// tests may still run beside it, so it takes the best of three measurements: with notifications broken, every
+// measurement would be near the 1s poll (p50 about 500ms).
 func TestLiveLatencyWithNotify(t *testing.T) {
 	w := setup(t)
-	const n = 150
+	const n = 100
 	var mu sync.Mutex
 	handled := map[int64]time.Time{}
 	m := w.model("rm")
@@ -341,31 +343,41 @@ func TestLiveLatencyWithNotify(t *testing.T) {
 		mu.Unlock()
 		return nil
 	}
-	// Handled is noted inside the transaction; the commit that follows is part of the measured path only in
-	// the sense that the next event waits for it, which the append interval below leaves room for.
 	p := w.newProjection(t, m.mux(), projection.Config{PollInterval: time.Second})
 	start(t, p)
 	pgtest.Eventually(t, 10*time.Second, func() bool { return status(t, p).Owner != "" }, "running")
-	committed := map[int64]time.Time{}
-	w.open(t, w.store, "a")
-	for i := range n {
-		res, err := w.store.Append(context.Background(), w.request(t, "a", eventstore.ExpectedVersion(i+1),
-			Deposited{Amount: 1}))
-		require.NoError(t, err)
-		committed[res.Records[0].Position] = time.Now()
-		time.Sleep(time.Duration(2+rand.IntN(8)) * time.Millisecond)
+	var best time.Duration
+	for attempt := range 3 {
+		committed := map[int64]time.Time{}
+		id := fmt.Sprint("a", attempt)
+		w.open(t, w.store, id)
+		for i := range n {
+			res, err := w.store.Append(context.Background(), w.request(t, id, eventstore.ExpectedVersion(i+1),
+				Deposited{Amount: 1}))
+			require.NoError(t, err)
+			committed[res.Records[0].Position] = time.Now()
+			time.Sleep(time.Duration(2+rand.IntN(8)) * time.Millisecond)
+		}
+		want := int64((attempt + 1) * (n + 1))
+		pgtest.Eventually(t, 10*time.Second, func() bool { return w.applied(t, "rm") == want }, "all handled")
+		var lat []time.Duration
+		mu.Lock()
+		for pos, c := range committed {
+			lat = append(lat, handled[pos].Sub(c))
+		}
+		mu.Unlock()
+		slices.Sort(lat)
+		p50, p99 := lat[len(lat)/2], lat[len(lat)*99/100]
+		t.Logf("append commit -> handler latency over %d events: p50 %s, p99 %s, max %s", n, p50, p99,
+			lat[len(lat)-1])
+		if attempt == 0 || p99 < best {
+			best = p99
+		}
+		if best < 100*time.Millisecond {
+			break
+		}
 	}
-	pgtest.Eventually(t, 10*time.Second, func() bool { return w.applied(t, "rm") == n+1 }, "all handled")
-	var lat []time.Duration
-	mu.Lock()
-	for pos, c := range committed {
-		lat = append(lat, handled[pos].Sub(c))
-	}
-	mu.Unlock()
-	slices.Sort(lat)
-	p50, p99 := lat[len(lat)/2], lat[len(lat)*99/100]
-	t.Logf("append commit -> handler latency over %d events: p50 %s, p99 %s, max %s", n, p50, p99, lat[len(lat)-1])
-	require.Less(t, p99, 100*time.Millisecond, "live latency p99 with a 1s poll: notifications must work")
+	require.Less(t, best, 100*time.Millisecond, "live latency p99 with a 1s poll: notifications must work")
 }
 
 func TestConfigValidation(t *testing.T) {

@@ -196,8 +196,9 @@ func (f *Follower) loop(ctx context.Context, l lease.Lease, p *progress, notifie
 		}
 		recs, last := f.batch(p, page)
 		if last <= p.pos {
-			f.wait(ctx, notified)
-			p.reload = true // notice resets and operator changes made while idle
+			// After a poll or a Wake, re-read the checkpoint row to notice resets and operator changes made while
+			// idle; a notification only means new events, so it goes straight to the log.
+			p.reload = !f.wait(ctx, notified)
 			continue
 		}
 		b := &txBatch{recs: recs, last: last, full: last-p.pos >= int64(f.cfg.BatchSize) && p.pos >= p.isolateUntil}
@@ -554,15 +555,18 @@ func (f *Follower) pause(ctx context.Context, p *progress, err error, what strin
 	return sleep(ctx, p.infraDelay)
 }
 
-func (f *Follower) wait(ctx context.Context, notified <-chan struct{}) {
+// wait waits for a wake-up and reports whether it was a notification of new events.
+func (f *Follower) wait(ctx context.Context, notified <-chan struct{}) bool {
 	t := time.NewTimer(f.cfg.PollInterval)
 	defer t.Stop()
 	select {
 	case <-ctx.Done():
 	case <-notified:
+		return true
 	case <-f.wake:
 	case <-t.C:
 	}
+	return false
 }
 
 func sleep(ctx context.Context, d time.Duration) bool {
