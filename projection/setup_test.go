@@ -194,7 +194,8 @@ func (w world) newProjection(t testing.TB, h projection.Handler, cfg projection.
 		cfg.Name = "accounts"
 	}
 	if cfg.LeaseTTL == 0 {
-		cfg.LeaseTTL, cfg.LeaseAcquireInterval = time.Second, 20*time.Millisecond
+		// Long enough that no renewal is late on a loaded machine; takeovers in the tests follow a release.
+		cfg.LeaseTTL, cfg.LeaseAcquireInterval = 5*time.Second, 20*time.Millisecond
 	}
 	if cfg.RetryDelay == 0 {
 		cfg.RetryDelay = time.Millisecond

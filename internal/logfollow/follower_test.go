@@ -83,7 +83,8 @@ func (x fx) newFollower(t *testing.T, store eventstore.Store, h logfollow.Handle
 		cfg.Name = "f"
 	}
 	if cfg.LeaseTTL == 0 {
-		cfg.LeaseTTL, cfg.LeaseAcquireInterval = time.Second, 20*time.Millisecond
+		// Long enough that no renewal is late on a loaded machine; takeovers in the tests follow a release.
+		cfg.LeaseTTL, cfg.LeaseAcquireInterval = 5*time.Second, 20*time.Millisecond
 	}
 	if cfg.RetryDelay == 0 {
 		cfg.RetryDelay = time.Millisecond
