@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 )
 
 // ReadLog implements Store with lock-aware gap detection (see PostgresStore).
@@ -28,7 +30,7 @@ func (s *PostgresStore) ReadLog(ctx context.Context, q LogQuery) (LogPage, error
 		if err != nil {
 			return LogPage{}, err
 		}
-		highest := page[len(page)-1].Position
+		highest := page.highest()
 		if len(holders) > 0 {
 			ended, err := s.waitForEnd(ctx, holders, deadline)
 			if err != nil {
@@ -43,64 +45,91 @@ func (s *PostgresStore) ReadLog(ctx context.Context, q LogQuery) (LogPage, error
 	}
 }
 
-// rowPos is a row of the log as read, before filtering.
-type rowPos struct {
-	Position int64
-	match    bool
-	rec      Record
+// rawPage is a page of the log as read, before filtering: every row's position, and whether it matched.
+type rawPage struct {
+	recs  []Record
+	match []bool // nil when the query has no filter: every row matches
 }
 
-func (s *PostgresStore) readPage(ctx context.Context, q LogQuery, limit int) ([]rowPos, error) {
-	// Filtered-out rows still come back (position only), so gaps are judged on every position and the payload
-	// of rows nobody asked for never crosses the wire.
-	match := `($3::text[] IS NULL OR event_type = ANY($3)) AND ($4::text[] IS NULL OR stream_type = ANY($4))
-		AND ($5::text[] IS NULL OR tenant_id = ANY($5))`
-	rows, err := s.pool.Query(ctx, `SELECT position, m, tenant_id, stream_id, stream_type, version, event_id,
-			event_type, event_version, CASE WHEN m THEN payload END, CASE WHEN m THEN metadata END, occurred_at,
-			recorded_at
-		FROM (SELECT e.*, (`+match+`) AS m FROM `+s.t.events+` e WHERE position > $1 ORDER BY position LIMIT $2) p
-		ORDER BY position`,
-		q.After, limit, nilIfEmpty(q.EventTypes), nilIfEmpty(q.StreamTypes), nilIfEmpty(q.Tenants))
+func (p *rawPage) highest() int64 { return p.recs[len(p.recs)-1].Position }
+
+func (s *PostgresStore) readPage(ctx context.Context, q LogQuery, limit int) (rawPage, error) {
+	filtered := len(q.EventTypes) > 0 || len(q.StreamTypes) > 0 || len(q.Tenants) > 0
+	var rows pgx.Rows
+	var err error
+	if !filtered {
+		rows, err = s.pool.Query(ctx, `SELECT true, position, tenant_id, stream_id, stream_type, version, event_id,
+				event_type, event_version, payload, metadata, occurred_at, recorded_at
+			FROM `+s.t.events+` WHERE position > $1 ORDER BY position LIMIT $2`, q.After, limit)
+	} else {
+		// Filtered-out rows still come back (position only), so gaps are judged on every position and the
+		// payload of rows nobody asked for never crosses the wire.
+		match := `($3::text[] IS NULL OR event_type = ANY($3)) AND ($4::text[] IS NULL OR stream_type = ANY($4))
+			AND ($5::text[] IS NULL OR tenant_id = ANY($5))`
+		rows, err = s.pool.Query(ctx, `SELECT m, position, tenant_id, stream_id, stream_type, version, event_id,
+				event_type, event_version, CASE WHEN m THEN payload END, CASE WHEN m THEN metadata END,
+				occurred_at, recorded_at
+			FROM (SELECT e.*, (`+match+`) AS m FROM `+s.t.events+` e WHERE position > $1
+				ORDER BY position LIMIT $2) p
+			ORDER BY position`,
+			q.After, limit, nilIfEmpty(q.EventTypes), nilIfEmpty(q.StreamTypes), nilIfEmpty(q.Tenants))
+	}
 	if err != nil {
-		return nil, fmt.Errorf("eventstore: read log after %d: %w", q.After, err)
+		return rawPage{}, fmt.Errorf("eventstore: read log after %d: %w", q.After, err)
 	}
 	defer rows.Close()
-	var out []rowPos
+	page := rawPage{recs: make([]Record, 0, min(limit, 1024))}
+	if filtered {
+		page.match = make([]bool, 0, cap(page.recs))
+	}
+	var meta []byte
 	for rows.Next() {
-		var rp rowPos
-		r := &rp.rec
-		var meta []byte
-		if err := rows.Scan(&r.Position, &rp.match, &r.Tenant, &r.StreamID, &r.StreamType, &r.Version, &r.EventID,
+		page.recs = append(page.recs, Record{})
+		r := &page.recs[len(page.recs)-1]
+		var m bool
+		if err := rows.Scan(&m, &r.Position, &r.Tenant, &r.StreamID, &r.StreamType, &r.Version, &r.EventID,
 			&r.Type, &r.TypeVersion, &r.Payload, &meta, &r.OccurredAt, &r.RecordedAt); err != nil {
-			return nil, fmt.Errorf("eventstore: read log after %d: %w", q.After, err)
+			return rawPage{}, fmt.Errorf("eventstore: read log after %d: %w", q.After, err)
 		}
 		if err := finishRecord(r, meta); err != nil {
-			return nil, fmt.Errorf("eventstore: read log: %w", err)
+			return rawPage{}, fmt.Errorf("eventstore: read log: %w", err)
 		}
-		rp.Position = r.Position
-		out = append(out, rp)
+		if filtered {
+			page.match = append(page.match, m)
+		}
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("eventstore: read log after %d: %w", q.After, err)
+		return rawPage{}, fmt.Errorf("eventstore: read log after %d: %w", q.After, err)
 	}
-	return out, nil
+	return page, nil
 }
 
 // cutAtGap returns the page up to (excluding) the first unexplained gap, and the first missing position (0 when
 // there is none). Missing positions at or below settled are known to be final and are skipped.
-func cutAtGap(page []rowPos, after, settled int64) (LogPage, int64) {
+func cutAtGap(page rawPage, after, settled int64) (LogPage, int64) {
 	out := LogPage{Last: after}
 	prev := after
-	for _, rp := range page {
-		if rp.Position > prev+1 && rp.Position-1 > settled {
+	keep := page.recs[:0:0]
+	if page.match == nil {
+		keep = page.recs // unfiltered: hand out the prefix of the page itself, no copy
+	}
+	for i := range page.recs {
+		pos := page.recs[i].Position
+		if pos > prev+1 && pos-1 > settled {
+			if page.match == nil {
+				out.Records = keep[:i]
+			} else {
+				out.Records = keep
+			}
 			return out, max(prev+1, settled+1)
 		}
-		if rp.match {
-			out.Records = append(out.Records, rp.rec)
+		if page.match != nil && page.match[i] {
+			keep = append(keep, page.recs[i])
 		}
-		out.Last = rp.Position
-		prev = rp.Position
+		out.Last = pos
+		prev = pos
 	}
+	out.Records = keep
 	return out, 0
 }
 
