@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
@@ -16,7 +18,13 @@ import (
 	"github.com/stagehand-es/stagehand/outbox"
 )
 
-func TestMain(m *testing.M) { pgtest.Main(m) }
+func TestMain(m *testing.M) {
+	if os.Getenv(crashChildEnv) != "" {
+		runCrashChild() // the relay process TestRelayKilledMidBatchLosesNothing kills
+		return
+	}
+	pgtest.Main(m)
+}
 
 type env struct {
 	t      testing.TB
@@ -211,3 +219,7 @@ func runRouter(t testing.TB, r *outbox.Relay, pub message.Publisher, cfg *outbox
 }
 
 var errRejected = errors.New("destination rejected the message")
+
+func (e *env) noop() outbox.HandlerFunc {
+	return func(context.Context, pgx.Tx, *outbox.Publisher, *message.Message) error { return nil }
+}

@@ -115,6 +115,7 @@ func firstNonEmpty(vals ...string) string {
 
 // row is an outbox row as claimed by a relay.
 type row struct {
+	rid           int64 // the outbox row's own key
 	id            string
 	topic         string
 	msgType       string
@@ -128,6 +129,7 @@ type row struct {
 	attempts      int
 	createdAt     time.Time
 	scheduledAt   *time.Time
+	lastOfRun     bool // acknowledged as the last of its key's run here: its mark promotes the key's next message
 }
 
 func (r *row) ordered() bool { return r.seq != nil }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // Relay delivers staged messages. It is a Watermill message.Subscriber: Subscribe(ctx, topic) delivers the rows
@@ -56,14 +57,19 @@ func (r *Relay) Subscribe(ctx context.Context, topic string) (<-chan *message.Me
 
 // SubscribeTopics is Subscribe for a set of topics; with no topics it delivers every topic.
 func (r *Relay) SubscribeTopics(ctx context.Context, topics ...string) (<-chan *message.Message, error) {
+	out, _, err := r.subscribe(ctx, topics)
+	return out, err
+}
+
+func (r *Relay) subscribe(ctx context.Context, topics []string) (<-chan *message.Message, *subscription, error) {
 	out := make(chan *message.Message)
-	_, err := r.start(ctx, topics, func(ctx context.Context, d *delivery) outcome {
+	sub, err := r.start(ctx, topics, func(ctx context.Context, d *delivery) outcome {
 		return d.viaChannel(ctx, out, r.s.ackDeadline)
 	}, func() { close(out) })
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return out, nil
+	return out, sub, nil
 }
 
 // DrainResult counts what a Drain did.
@@ -131,9 +137,9 @@ func (r *Relay) start(ctx context.Context, topics []string, deliver func(context
 	s := &subscription{
 		r: r, s: &r.s, q: &r.o.q, topics: topics, owner: newLeaseOwner(r.s.processorID), drain: onEnd == nil,
 		ctx: ctx, cancel: cancel, deliver: deliver,
-		keys: map[string]*unit{}, held: map[rowKey]*row{},
+		keys: map[string]*unit{}, held: map[int64]*row{},
 		work: make(chan struct{}, 1), room: make(chan struct{}, 1), wake: make(chan struct{}, 1),
-		ackKick: make(chan struct{}, 1), done: make(chan struct{}),
+		ackKick: make(chan struct{}, 1), done: make(chan struct{}), ended: make(chan struct{}),
 		brokerBackoff: r.s.brokerBackoff,
 	}
 	r.subs[s] = struct{}{}
@@ -147,6 +153,7 @@ func (r *Relay) start(ctx context.Context, topics []string, deliver func(context
 		r.mu.Lock()
 		delete(r.subs, s)
 		r.mu.Unlock()
+		close(s.ended)
 	}()
 	return s, nil
 }
@@ -188,7 +195,7 @@ type subscription struct {
 	mu            sync.Mutex
 	queue         []*unit
 	keys          map[string]*unit    // partition keys with rows held here (queued or being delivered)
-	held          map[rowKey]*row     // every row leased here and not yet resolved in the database
+	held          map[int64]*row      // every row leased here and not yet resolved in the database
 	pending       int                 // rows queued or being delivered (not yet acknowledged)
 	acks          []*row              // acknowledged rows waiting for their mark
 	promotions    map[string]struct{} // keys whose promotion found their counter locked: retried
@@ -203,7 +210,8 @@ type subscription struct {
 	room    chan struct{} // rows were acknowledged or resolved: the claimer may have room
 	wake    chan struct{} // rows were resolved: keys this relay blocked may be claimable again
 	ackKick chan struct{}
-	done    chan struct{}
+	done    chan struct{} // closed when run has finished
+	ended   chan struct{} // closed when the subscription is completely over (channel closed, relay forgot it)
 }
 
 func kick(ch chan struct{}) {
@@ -234,16 +242,16 @@ func (s *subscription) run() {
 		defer background.Done()
 		s.keepLeases()
 	}()
-	ackerDone := make(chan struct{})
+	ackerDone, workersDone := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(ackerDone)
-		s.acker()
+		s.acker(workersDone)
 	}()
 	s.claimer(listen)
 	s.cancel()
 	workers.Wait()
 	background.Wait()
-	kick(s.ackKick) // the acker flushes what is left and exits: ctx is done
+	close(workersDone) // the acker marks what is left, then exits
 	<-ackerDone
 	s.releaseAll()
 }
@@ -375,29 +383,57 @@ func (s *subscription) waitUnpaused() bool {
 	}
 }
 
+// exec sends b in one round trip and one implicit transaction, with JIT off (see queries.noJIT), lets read
+// read the results of b's statements in order (nil: none), and returns the first error.
+func (s *subscription) exec(ctx context.Context, b *pgx.Batch, read func(pgx.BatchResults) error) error {
+	all := &pgx.Batch{QueuedQueries: append([]*pgx.QueuedQuery{{SQL: s.q.noJIT}}, b.QueuedQueries...)}
+	res := s.r.o.pool.SendBatch(ctx, all)
+	_, err := res.Exec()
+	if err == nil && read != nil {
+		err = read(res)
+	}
+	if cerr := res.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
 func (s *subscription) claim(limit int) (int, error) {
 	now := s.r.o.now()
-	rows, err := s.r.o.pool.Query(s.ctx, s.q.claim, now, limit, s.owner, now.Add(s.s.leaseDuration), s.topics)
-	if err != nil {
-		return 0, fmt.Errorf("outbox: claim: %w", err)
-	}
+	b := &pgx.Batch{}
+	b.Queue(s.q.claim, now, limit, s.owner, now.Add(s.s.leaseDuration), s.topics, s.runLength()-1,
+		2*s.s.parallelism)
 	var claimed []*row
-	for rows.Next() {
-		rw := &row{}
-		if err := rows.Scan(&rw.id, &rw.topic, &rw.msgType, &rw.payload, &rw.metadata, &rw.tenant,
-			&rw.correlationID, &rw.causationID, &rw.partitionKey, &rw.seq, &rw.attempts, &rw.createdAt,
-			&rw.scheduledAt); err != nil {
-			rows.Close()
-			return 0, fmt.Errorf("outbox: claim: %w", err)
+	err := s.exec(s.ctx, b, func(res pgx.BatchResults) error {
+		rows, err := res.Query()
+		if err != nil {
+			return err
 		}
-		claimed = append(claimed, rw)
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
+		defer rows.Close()
+		for rows.Next() {
+			rw := &row{}
+			if err := rows.Scan(&rw.rid, &rw.id, &rw.topic, &rw.msgType, &rw.payload, &rw.metadata, &rw.tenant,
+				&rw.correlationID, &rw.causationID, &rw.partitionKey, &rw.seq, &rw.attempts, &rw.createdAt,
+				&rw.scheduledAt); err != nil {
+				return err
+			}
+			claimed = append(claimed, rw)
+		}
+		return rows.Err()
+	})
+	if err != nil {
 		return 0, fmt.Errorf("outbox: claim: %w", err)
 	}
 	s.enqueue(claimed)
 	return len(claimed), nil
+}
+
+// runLength is how many messages of one key a claim takes at most: enough for the batch to fill with runs of
+// twice as many keys as there are workers, so workers stay busy while promotions (one per run, when it ends) stay
+// rare.
+func (s *subscription) runLength() int {
+	per := 2 * s.s.parallelism
+	return max(1, (s.s.batchSize+per-1)/per)
 }
 
 // enqueue groups claimed rows into units: every unordered row alone, the rows of a key in sequence order.
@@ -409,10 +445,10 @@ func (s *subscription) enqueue(rows []*row) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, rw := range rows {
-		if _, dup := s.held[rw.key()]; dup {
+		if _, dup := s.held[rw.rid]; dup {
 			continue // a lease of ours that lapsed and was claimed again: it is already here
 		}
-		s.held[rw.key()] = rw
+		s.held[rw.rid] = rw
 		s.pending++
 		if !rw.ordered() {
 			s.queue = append(s.queue, &unit{rows: []*row{rw}})
@@ -431,7 +467,13 @@ func (s *subscription) enqueue(rows []*row) {
 
 // sweep promotes the first message of keys whose promotion was missed (see queries.sweep).
 func (s *subscription) sweep() {
-	tag, err := s.r.o.pool.Exec(s.ctx, s.q.sweep, s.r.o.now())
+	b := &pgx.Batch{}
+	b.Queue(s.q.sweep, s.r.o.now())
+	var tag pgconn.CommandTag
+	err := s.exec(s.ctx, b, func(res pgx.BatchResults) (err error) {
+		tag, err = res.Exec()
+		return err
+	})
 	if err != nil {
 		if s.ctx.Err() == nil {
 			s.s.logger.Warn("stagehand: outbox sweep failed", "error", err)
@@ -533,7 +575,7 @@ func (s *subscription) deliverUnit(u *unit) {
 		out := s.classify(s.deliver(s.ctx, d))
 		switch out.kind {
 		case outcomeAck:
-			s.acked(rw)
+			s.acked(rw, s.finished(u))
 		case outcomeRelease:
 			return
 		case outcomeUnreachable:
@@ -547,7 +589,17 @@ func (s *subscription) deliverUnit(u *unit) {
 	}
 }
 
-func (s *subscription) acked(rw *row) {
+// finished reports whether the unit has no row left to deliver.
+func (s *subscription) finished(u *unit) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(u.rows) == 0
+}
+
+// acked queues rw's mark. last says rw ends its key's run here: its mark then promotes the key's next message
+// (a run in progress needs none: this relay delivers the next one itself).
+func (s *subscription) acked(rw *row, last bool) {
+	rw.lastOfRun = last
 	s.mu.Lock()
 	s.pending--
 	s.acks = append(s.acks, rw)
@@ -561,7 +613,7 @@ func (s *subscription) acked(rw *row) {
 func (s *subscription) resolved(rows ...*row) {
 	s.mu.Lock()
 	for _, rw := range rows {
-		delete(s.held, rw.key())
+		delete(s.held, rw.rid)
 	}
 	s.mu.Unlock()
 }
@@ -599,38 +651,32 @@ func (s *subscription) rejected(rw *row, u *unit, cause error) bool {
 	// only a dead letter that releases its key promotes the next message.
 	b := &pgx.Batch{}
 	if dead {
-		b.Queue(s.q.deadLetter, rw.id, rw.topic, s.owner, msg, !s.s.releaseKey, now)
+		b.Queue(s.q.deadLetter, rw.rid, s.owner, msg, !s.s.releaseKey, now)
 	} else {
-		b.Queue(s.q.fail, rw.id, rw.topic, s.owner, msg, retryAt)
+		b.Queue(s.q.fail, rw.rid, s.owner, msg, retryAt)
 	}
 	if len(rest) > 0 {
-		msgIDs, topics := keysOf(rest)
-		b.Queue(s.q.release, msgIDs, topics, s.owner)
+		b.Queue(s.q.release, rids(rest), s.owner, []int64{}, now) // they stay parked behind rw
 	}
-	promote := goOn && rw.ordered()
+	promote := goOn && rw.ordered() && s.finished(u)
 	if promote {
 		b.Queue(s.q.lockKeys, []string{rw.partitionKey})
 		b.Queue(s.q.promote, []string{rw.partitionKey}, now)
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(s.ctx), 30*time.Second)
-	res := s.r.o.pool.SendBatch(ctx, b)
-	var err error
-	if promote {
-		for range 1 + min(len(rest), 1) { // the move, and the release if any
-			if err == nil {
-				_, err = res.Exec()
-			}
+	err := s.exec(ctx, b, func(res pgx.BatchResults) error {
+		if !promote {
+			return nil
 		}
+		if _, err := res.Exec(); err != nil { // the move (goOn: nothing was released)
+			return err
+		}
+		locked, err := lockedKeys(res)
 		if err == nil {
-			var locked []string
-			if locked, err = lockedKeys(res); err == nil {
-				s.promoteLaterExcept([]string{rw.partitionKey}, locked)
-			}
+			s.promoteLaterExcept([]string{rw.partitionKey}, locked)
 		}
-	}
-	if cerr := res.Close(); err == nil {
-		err = cerr
-	}
+		return err
+	})
 	cancel()
 	if err != nil {
 		s.s.logger.Warn("stagehand: outbox could not record a failed delivery; the lease will lapse and the "+
@@ -655,13 +701,13 @@ func (s *subscription) unreachable(rw *row, u *unit, cause error) {
 	rest := s.rest(u)
 	s.resolved(append(rest, rw)...) // before the release commits; see rejected
 	b := &pgx.Batch{}
-	b.Queue(s.q.unreachable, rw.id, rw.topic, s.owner, truncateError(cause))
+	now := s.r.o.now()
+	b.Queue(s.q.unreachable, rw.rid, s.owner, truncateError(cause), now)
 	if len(rest) > 0 {
-		msgIDs, topics := keysOf(rest)
-		b.Queue(s.q.release, msgIDs, topics, s.owner)
+		b.Queue(s.q.release, rids(rest), s.owner, []int64{}, now) // they stay parked behind rw
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(s.ctx), 30*time.Second)
-	if err := s.r.o.pool.SendBatch(ctx, b).Close(); err != nil {
+	if err := s.exec(ctx, b, nil); err != nil {
 		s.s.logger.Warn("stagehand: outbox could not release a message", "message_id", rw.id, "error", err)
 	}
 	cancel()
@@ -688,7 +734,7 @@ func (s *subscription) unreachable(rw *row, u *unit, cause error) {
 // acker marks acknowledged rows sent, coalescing every ack that arrives while a mark statement runs into the next
 // one, so the database sees one statement per burst rather than one per message. It also retries promotions that
 // found a key's counter locked by a staging transaction.
-func (s *subscription) acker() {
+func (s *subscription) acker(workersDone <-chan struct{}) {
 	lastVacuum := time.Now()
 	moved := 0
 	retry := time.NewTimer(time.Hour)
@@ -701,19 +747,15 @@ func (s *subscription) acker() {
 		s.mu.Unlock()
 		if len(batch) > 0 {
 			keys := orderedKeys(batch)
-			msgKeys := make([]rowKey, len(batch))
-			for i, rw := range batch {
-				msgKeys[i] = rw.key()
-			}
-			if err := s.mark(msgKeys, keys); err != nil {
+			if err := s.mark(rids(batch), keys); err != nil {
 				s.s.logger.Warn("stagehand: outbox could not mark messages sent; their leases will lapse and "+
 					"they will be published again", "count", len(batch), "error", err)
 			} else {
 				moved += len(batch)
 			}
 			s.mu.Lock()
-			for _, k := range msgKeys {
-				delete(s.held, k)
+			for _, rw := range batch {
+				delete(s.held, rw.rid)
 			}
 			s.marking = 0
 			s.mu.Unlock()
@@ -728,13 +770,16 @@ func (s *subscription) acker() {
 		if s.retryPromotions() {
 			retry.Reset(20 * time.Millisecond)
 		}
-		if s.ctx.Err() != nil {
-			return
-		}
 		select {
+		case <-workersDone:
+			s.mu.Lock()
+			idle := len(s.acks) == 0
+			s.mu.Unlock()
+			if idle {
+				return
+			}
 		case <-s.ackKick:
 		case <-retry.C:
-		case <-s.ctx.Done():
 		}
 	}
 }
@@ -757,14 +802,11 @@ func (s *subscription) retryPromotions() bool {
 	b := &pgx.Batch{}
 	b.Queue(s.q.lockKeys, keys)
 	b.Queue(s.q.promote, keys, s.r.o.now())
-	res := s.r.o.pool.SendBatch(ctx, b)
-	locked, err := lockedKeys(res)
-	if err == nil {
-		_, err = res.Exec()
-	}
-	if cerr := res.Close(); err == nil {
-		err = cerr
-	}
+	var locked []string
+	err := s.exec(ctx, b, func(res pgx.BatchResults) (err error) {
+		locked, err = lockedKeys(res)
+		return err
+	})
 	if err != nil {
 		s.s.logger.Debug("stagehand: outbox promotion failed; the sweep will retry", "error", err)
 		return false
@@ -801,11 +843,12 @@ func lockedKeys(res pgx.BatchResults) ([]string, error) {
 	return pgx.CollectRows(rows, pgx.RowTo[string])
 }
 
-// orderedKeys returns the distinct partition keys of the ordered rows, sorted (the order counters are locked in).
+// orderedKeys returns the distinct partition keys of the ordered rows that end their run, sorted (the order
+// counters are locked in).
 func orderedKeys(rows []*row) []string {
 	var keys []string
 	for _, rw := range rows {
-		if rw.ordered() {
+		if rw.ordered() && rw.lastOfRun {
 			keys = append(keys, rw.partitionKey)
 		}
 	}
@@ -815,29 +858,27 @@ func orderedKeys(rows []*row) []string {
 
 // mark moves acknowledged rows to the ledger and promotes the next message of their keys, in one implicit
 // transaction (one round trip).
-func (s *subscription) mark(batch []rowKey, keys []string) error {
+func (s *subscription) mark(batch []int64, keys []string) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(s.ctx), 30*time.Second)
 	defer cancel()
-	msgIDs, topics := splitKeys(batch)
 	now := s.r.o.now()
 	b := &pgx.Batch{}
-	b.Queue(s.q.mark, msgIDs, topics, s.owner, now)
+	b.Queue(s.q.mark, batch, s.owner, now)
 	if len(keys) > 0 {
 		b.Queue(s.q.lockKeys, keys)
 		b.Queue(s.q.promote, keys, now)
 	}
-	res := s.r.o.pool.SendBatch(ctx, b)
-	tag, err := res.Exec()
-	if err == nil && len(keys) > 0 {
-		var locked []string
-		if locked, err = lockedKeys(res); err == nil {
-			_, err = res.Exec()
+	var tag pgconn.CommandTag
+	err := s.exec(ctx, b, func(res pgx.BatchResults) (err error) {
+		if tag, err = res.Exec(); err != nil || len(keys) == 0 {
+			return err
+		}
+		locked, err := lockedKeys(res)
+		if err == nil {
 			s.promoteLaterExcept(keys, locked)
 		}
-	}
-	if cerr := res.Close(); err == nil {
-		err = cerr
-	}
+		return err
+	})
 	if err != nil {
 		return fmt.Errorf("outbox: mark sent: %w", err)
 	}
@@ -870,16 +911,15 @@ func (s *subscription) keepLeases() {
 			return
 		}
 		s.mu.Lock()
-		held := make([]rowKey, 0, len(s.held))
-		for k := range s.held {
-			held = append(held, k)
+		held := make([]int64, 0, len(s.held))
+		for rid := range s.held {
+			held = append(held, rid)
 		}
 		s.mu.Unlock()
 		if len(held) == 0 {
 			continue
 		}
-		msgIDs, topics := splitKeys(held)
-		if _, err := s.r.o.pool.Exec(s.ctx, s.q.extend, msgIDs, topics, s.owner,
+		if _, err := s.r.o.pool.Exec(s.ctx, s.q.extend, held, s.owner,
 			s.r.o.now().Add(s.s.leaseDuration)); err != nil && s.ctx.Err() == nil {
 			s.s.logger.Warn("stagehand: outbox could not renew leases", "count", len(held), "error", err)
 		}
@@ -889,44 +929,40 @@ func (s *subscription) keepLeases() {
 // releaseAll gives back every row still held when the subscription ends, without counting an attempt.
 func (s *subscription) releaseAll() {
 	s.mu.Lock()
-	held := make([]rowKey, 0, len(s.held))
-	for k := range s.held {
-		held = append(held, k)
+	held := make([]int64, 0, len(s.held))
+	first := map[string]*row{} // per key, the earliest row released: it becomes due
+	for rid, rw := range s.held {
+		held = append(held, rid)
+		if rw.ordered() {
+			if f, ok := first[rw.partitionKey]; !ok || *rw.seq < *f.seq {
+				first[rw.partitionKey] = rw
+			}
+		}
 	}
-	s.held = map[rowKey]*row{}
+	s.held = map[int64]*row{}
 	s.queue = nil
 	s.mu.Unlock()
 	if len(held) == 0 {
 		return
 	}
+	unpark := make([]int64, 0, len(first))
+	for _, rw := range first {
+		unpark = append(unpark, rw.rid)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	msgIDs, topics := splitKeys(held)
-	if _, err := s.r.o.pool.Exec(ctx, s.q.release, msgIDs, topics, s.owner); err != nil {
+	if _, err := s.r.o.pool.Exec(ctx, s.q.release, held, s.owner, unpark, s.r.o.now()); err != nil {
 		s.s.logger.Warn("stagehand: outbox could not release leases on close; they will lapse",
 			"count", len(held), "error", err)
 	}
 }
 
-// rowKey identifies an outbox row.
-type rowKey struct{ id, topic string }
-
-func (r *row) key() rowKey { return rowKey{r.id, r.topic} }
-
-func keysOf(rows []*row) (msgIDs, topics []string) {
-	msgIDs, topics = make([]string, len(rows)), make([]string, len(rows))
+func rids(rows []*row) []int64 {
+	out := make([]int64, len(rows))
 	for i, r := range rows {
-		msgIDs[i], topics[i] = r.id, r.topic
+		out[i] = r.rid
 	}
-	return msgIDs, topics
-}
-
-func splitKeys(keys []rowKey) (msgIDs, topics []string) {
-	msgIDs, topics = make([]string, len(keys)), make([]string, len(keys))
-	for i, k := range keys {
-		msgIDs[i], topics[i] = k.id, k.topic
-	}
-	return msgIDs, topics
+	return out
 }
 
 func truncateError(err error) string {

@@ -2,6 +2,7 @@ package outbox
 
 import (
 	"context"
+	"sync"
 
 	"github.com/ThreeDotsLabs/watermill/message"
 )
@@ -22,7 +23,8 @@ type RouterConfig struct {
 // AddToRouter adds a handler to router that publishes every message this relay delivers to pub, on the topic it
 // was staged for, with the same UUID, payload and metadata. A publish error is recorded (RecordError) and the
 // message nacked, so the relay counts the attempt, or backs off without counting it when the broker is
-// unreachable. Run the router to run the relay; closing the router closes the subscription.
+// unreachable. Run the router to run the relay; closing the router ends the handler's subscription (the relay itself
+// stays open until its own Close).
 func (r *Relay) AddToRouter(router *message.Router, pub message.Publisher, cfg *RouterConfig) *message.Handler {
 	var c RouterConfig
 	if cfg != nil {
@@ -51,21 +53,49 @@ func (r *Relay) AddToRouter(router *message.Router, pub message.Publisher, cfg *
 		}
 		return produced, err
 	}
-	return router.AddConsumerHandler(c.HandlerName, "stagehand-outbox", topicSubscriber{r: r, topics: c.Topics},
+	return router.AddConsumerHandler(c.HandlerName, "stagehand-outbox", &topicSubscriber{r: r, topics: c.Topics},
 		func(msg *message.Message) error {
 			_, err := recorder(msg)
 			return err
 		})
 }
 
-// topicSubscriber subscribes to a fixed topic set whatever topic the router asks for.
+// topicSubscriber subscribes to a fixed topic set whatever topic the router asks for. Its Close, which the router
+// calls when it closes, ends only the subscriptions it made, not the relay.
 type topicSubscriber struct {
 	r      *Relay
 	topics []string
+
+	mu     sync.Mutex
+	closed bool
+	subs   []*subscription
 }
 
-func (t topicSubscriber) Subscribe(ctx context.Context, _ string) (<-chan *message.Message, error) {
-	return t.r.SubscribeTopics(ctx, t.topics...)
+func (t *topicSubscriber) Subscribe(ctx context.Context, _ string) (<-chan *message.Message, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed {
+		return nil, ErrClosed
+	}
+	out, sub, err := t.r.subscribe(ctx, t.topics)
+	if err != nil {
+		return nil, err
+	}
+	t.subs = append(t.subs, sub)
+	return out, nil
 }
 
-func (t topicSubscriber) Close() error { return t.r.Close() }
+func (t *topicSubscriber) Close() error {
+	t.mu.Lock()
+	t.closed = true
+	subs := t.subs
+	t.subs = nil
+	t.mu.Unlock()
+	for _, s := range subs {
+		s.cancel()
+	}
+	for _, s := range subs {
+		<-s.ended
+	}
+	return nil
+}

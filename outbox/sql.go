@@ -10,6 +10,7 @@ import (
 // reasons for it are in internal/migrate/sql/010_outbox.sql and 011_inbox.sql.
 type queries struct {
 	stageKeys, stage, stageRecheck                   string
+	noJIT                                            string
 	claim, nextDue                                   string
 	mark, fail, release, unreachable, extend         string
 	lockKeys, lockKeysWait, promote, sweep           string
@@ -41,6 +42,11 @@ func newQueries(schema string) queries {
 		// Stage, first statement: lock (and advance) the counter of every ordered key, in sorted order. The lock is
 		// held until the staging transaction ends, so a later committer of the same key gets higher numbers:
 		// sequence order is staging-commit order.
+		// The relay's statements join small sets against estimates the planner cannot know (per-key runs), which can
+		// push their estimated cost past jit_above_cost: JIT compiling then costs far more (about a second) than the
+		// statement (milliseconds). Turned off for the implicit transaction of the relay's own batches only.
+		noJIT: `SELECT set_config('jit', 'off', true)`,
+
 		stageKeys: `
 INSERT INTO {keys} AS k (partition_key, last_seq)
 SELECT * FROM unnest($1::text[], $2::bigint[])
@@ -78,56 +84,61 @@ RETURNING message_id`,
 
 		// The recheck closes a race the statement above cannot see: its snapshot predates a relay's move of the
 		// same ID into the ledger (or the dead letters), whose delete then lets the insert through. A new statement
-		// sees the move and removes the duplicate before the staging transaction commits (READ COMMITTED).
+		// sees the move and removes the duplicate before the staging transaction commits (READ COMMITTED). An
+		// (ID, topic) is never both pending and sent or dead-lettered once committed, so any row this finds is a
+		// duplicate of this transaction's making. It is driven by the (usually empty) ledger match, never by a scan.
 		stageRecheck: `
-DELETE FROM {outbox} o USING unnest($1::text[], $2::text[]) AS k(message_id, topic)
-WHERE o.message_id = k.message_id AND o.topic = k.topic
-  AND (EXISTS (SELECT 1 FROM {sent} s WHERE s.message_id = o.message_id AND s.topic = o.topic)
-    OR EXISTS (SELECT 1 FROM {dead} d WHERE d.message_id = o.message_id AND d.topic = o.topic))
+DELETE FROM {outbox} o WHERE (o.message_id, o.topic) IN (
+    SELECT s.message_id, s.topic FROM {sent} s WHERE s.message_id = ANY($1)
+    UNION ALL
+    SELECT d.message_id, d.topic FROM {dead} d WHERE d.message_id = ANY($1))
 RETURNING o.message_id`,
 
 		// Claim: due, unleased rows that are the first pending message of their key (or unordered), oldest first,
-		// skipping rows another relay is claiming; then, for each such head, the (parked) messages that follow it in
-		// its key, so a relay delivers a key's run in order without a claim per message. Rank-then-age picking
-		// shares the batch between keys. The head check guards order even if a row were wrongly unparked. Lease
-		// updates touch no indexed column (HOT).
+		// skipping rows another relay is claiming. For the first $7 of those heads, also the (parked) messages that
+		// follow it in its key, up to $6 per key, so a relay delivers a key's run in order without a claim (and a
+		// promotion) per message. The batch is filled head by head, each with its run. The head check guards order
+		// even if a row were wrongly unparked. Rows are updated by ctid (a TID scan, no join); a row moved by a
+		// concurrent update is followed to its new version. Lease updates touch no indexed column (HOT).
 		claim: `
 WITH heads AS (
-    SELECT o.message_id, o.topic, o.partition_key, o.seq, o.next_attempt_at
-    FROM {outbox} o
-    WHERE o.next_attempt_at <= $1 AND o.next_attempt_at < 'infinity'
-      AND (o.lease_expires_at IS NULL OR o.lease_expires_at <= $1)
-      AND ($5::text[] IS NULL OR o.topic = ANY($5))
-      AND (o.seq IS NULL OR (
-          NOT EXISTS (SELECT 1 FROM {outbox} p WHERE p.partition_key = o.partition_key AND p.seq < o.seq)
-          AND NOT EXISTS (SELECT 1 FROM {dead} d
-                          WHERE d.holds_key AND d.partition_key = o.partition_key AND d.seq < o.seq)))
-    ORDER BY o.next_attempt_at
-    LIMIT $2
-    FOR UPDATE SKIP LOCKED
-), per_key AS (
-    SELECT ($2 + count(*) - 1) / greatest(count(*), 1) - 1 AS n FROM heads
+    SELECT o.ctid, o.partition_key, o.seq, row_number() OVER (ORDER BY o.next_attempt_at) AS hn
+    FROM (
+        SELECT o.ctid, o.partition_key, o.seq, o.next_attempt_at
+        FROM {outbox} o
+        WHERE o.next_attempt_at <= $1 AND o.next_attempt_at < 'infinity'
+          AND (o.lease_expires_at IS NULL OR o.lease_expires_at <= $1)
+          AND ($5::text[] IS NULL OR o.topic = ANY($5))
+          AND (o.seq IS NULL OR (
+              NOT EXISTS (SELECT 1 FROM {outbox} p WHERE p.partition_key = o.partition_key AND p.seq < o.seq)
+              AND NOT EXISTS (SELECT 1 FROM {dead} d
+                              WHERE d.holds_key AND d.partition_key = o.partition_key AND d.seq < o.seq)))
+        ORDER BY o.next_attempt_at
+        LIMIT $2
+        FOR UPDATE SKIP LOCKED
+    ) o
 ), tails AS (
-    SELECT t.message_id, t.topic, t.rank, h.next_attempt_at AS ord FROM heads h
+    SELECT t.ctid, h.hn, t.rank FROM heads h
     CROSS JOIN LATERAL (
-        SELECT p.message_id, p.topic, row_number() OVER (ORDER BY p.seq) AS rank
+        SELECT p.ctid, row_number() OVER (ORDER BY p.seq) AS rank
         FROM {outbox} p
-        WHERE h.seq IS NOT NULL AND p.partition_key = h.partition_key AND p.seq > h.seq
+        WHERE p.partition_key = h.partition_key AND p.seq > h.seq
         ORDER BY p.seq
-        LIMIT (SELECT n FROM per_key)
+        LIMIT $6
     ) t
+    WHERE h.seq IS NOT NULL AND h.hn <= $7
 ), picked AS (
-    SELECT message_id, topic FROM (
-        SELECT message_id, topic, 0::bigint AS rank, next_attempt_at AS ord FROM heads
+    SELECT ctid FROM (
+        SELECT ctid, hn, 0::bigint AS rank FROM heads
         UNION ALL
-        SELECT message_id, topic, rank, ord FROM tails
+        SELECT ctid, hn, rank FROM tails
     ) c
-    ORDER BY rank, ord
+    ORDER BY hn, rank
     LIMIT $2
 )
 UPDATE {outbox} o SET lease_owner = $3, lease_expires_at = $4
-FROM picked WHERE o.message_id = picked.message_id AND o.topic = picked.topic
-RETURNING o.message_id, o.topic, o.message_type, o.payload, o.metadata, o.tenant_id, o.correlation_id,
+WHERE o.ctid = ANY (ARRAY(SELECT ctid FROM picked))
+RETURNING o.id, o.message_id, o.topic, o.message_type, o.payload, o.metadata, o.tenant_id, o.correlation_id,
     o.causation_id, o.partition_key, o.seq, o.attempts, o.created_at, o.scheduled_at`,
 
 		nextDue: `
@@ -137,45 +148,46 @@ WHERE next_attempt_at > $1 AND next_attempt_at < 'infinity' AND ($2::text[] IS N
 		// Mark: move published rows still leased by this relay into the ledger, in one statement.
 		mark: `
 WITH done AS (
-    DELETE FROM {outbox} o USING unnest($1::text[], $2::text[]) AS k(message_id, topic)
-    WHERE o.message_id = k.message_id AND o.topic = k.topic AND o.lease_owner = $3
-    RETURNING o.message_id, o.tenant_id, o.topic, o.message_type, o.source_position, o.attempts, o.created_at
+    DELETE FROM {outbox} WHERE id = ANY($1) AND lease_owner = $2
+    RETURNING message_id, tenant_id, topic, message_type, source_position, attempts, created_at
 )
 INSERT INTO {sent} (message_id, tenant_id, topic, message_type, source_position, attempts, created_at, sent_at)
-SELECT message_id, tenant_id, topic, message_type, source_position, attempts + 1, created_at, $4 FROM done
+SELECT message_id, tenant_id, topic, message_type, source_position, attempts + 1, created_at, $3 FROM done
 ON CONFLICT (message_id, topic) DO NOTHING`,
 
 		// Fail: count a rejected attempt and back the row off.
 		fail: `
-UPDATE {outbox} SET attempts = attempts + 1, last_error = $4, next_attempt_at = $5,
+UPDATE {outbox} SET attempts = attempts + 1, last_error = $3, next_attempt_at = $4,
     lease_owner = NULL, lease_expires_at = NULL
-WHERE message_id = $1 AND topic = $2 AND lease_owner = $3`,
+WHERE id = $1 AND lease_owner = $2`,
 
-		// Release: give rows back without counting an attempt (never delivered, relay closing, broker unreachable).
+		// Release: give rows back without counting an attempt (never delivered, relay closing). The rows in $3 are
+		// the first this relay released of their key: they are made due (they may still be parked, since the relay
+		// promotes a key's next message only when its run ends).
 		release: `
-UPDATE {outbox} o SET lease_owner = NULL, lease_expires_at = NULL
-FROM unnest($1::text[], $2::text[]) AS k(message_id, topic)
-WHERE o.message_id = k.message_id AND o.topic = k.topic AND o.lease_owner = $3`,
+UPDATE {outbox} SET lease_owner = NULL, lease_expires_at = NULL,
+    next_attempt_at = CASE WHEN id = ANY($3) AND next_attempt_at = 'infinity' THEN $4 ELSE next_attempt_at END
+WHERE id = ANY($1) AND lease_owner = $2`,
 
-		// Unreachable: like release, but remember why the row is still pending.
+		// Unreachable: like release (of the first row of its key's run: made due), but remember why the row is still
+		// pending.
 		unreachable: `
-UPDATE {outbox} SET lease_owner = NULL, lease_expires_at = NULL, last_error = $4
-WHERE message_id = $1 AND topic = $2 AND lease_owner = $3`,
+UPDATE {outbox} SET lease_owner = NULL, lease_expires_at = NULL, last_error = $3,
+    next_attempt_at = CASE WHEN next_attempt_at = 'infinity' THEN $4 ELSE next_attempt_at END
+WHERE id = $1 AND lease_owner = $2`,
 
 		extend: `
-UPDATE {outbox} o SET lease_expires_at = $4
-FROM unnest($1::text[], $2::text[]) AS k(message_id, topic)
-WHERE o.message_id = k.message_id AND o.topic = k.topic AND o.lease_owner = $3`,
+UPDATE {outbox} SET lease_expires_at = $3 WHERE id = ANY($1) AND lease_owner = $2`,
 
 		// Dead letter: move the row, with its last error, in one statement.
 		deadLetter: `
 WITH gone AS (
-    DELETE FROM {outbox} WHERE message_id = $1 AND topic = $2 AND lease_owner = $3 RETURNING *
+    DELETE FROM {outbox} WHERE id = $1 AND lease_owner = $2 RETURNING *
 )
 INSERT INTO {dead} (message_id, tenant_id, message_type, topic, payload, metadata, correlation_id, causation_id,
     partition_key, seq, source_position, scheduled_at, attempts, last_error, holds_key, created_at, dead_at)
 SELECT message_id, tenant_id, message_type, topic, payload, metadata, correlation_id, causation_id,
-    partition_key, seq, source_position, scheduled_at, attempts + 1, $4, seq IS NOT NULL AND $5, created_at, $6
+    partition_key, seq, source_position, scheduled_at, attempts + 1, $3, seq IS NOT NULL AND $4, created_at, $5
 FROM gone`,
 
 		// Redrive: move dead letters back into the outbox, due now, with a fresh attempt count. A redriven message
@@ -220,10 +232,10 @@ SELECT partition_key FROM {keys} WHERE partition_key = ANY($1) ORDER BY partitio
 UPDATE {outbox} o SET next_attempt_at = $2
 FROM unnest($1::text[]) AS k(partition_key)
 CROSS JOIN LATERAL (
-    SELECT p.message_id, p.topic, p.seq FROM {outbox} p
+    SELECT p.id, p.seq FROM {outbox} p
     WHERE p.partition_key = k.partition_key AND p.seq IS NOT NULL ORDER BY p.seq LIMIT 1
 ) h
-WHERE o.message_id = h.message_id AND o.topic = h.topic AND o.next_attempt_at = 'infinity'
+WHERE o.id = h.id AND o.next_attempt_at = 'infinity'
   AND NOT EXISTS (SELECT 1 FROM {dead} d WHERE d.holds_key AND d.partition_key = k.partition_key AND d.seq < h.seq)`,
 
 		// Sweep: promote where a promotion was missed (a relay that died between a mark and a retried
@@ -239,7 +251,7 @@ WITH RECURSIVE parked(partition_key) AS (
 ), heads AS (
     SELECT h.* FROM parked
     CROSS JOIN LATERAL (
-        SELECT p.message_id, p.topic, p.partition_key, p.seq, p.next_attempt_at FROM {outbox} p
+        SELECT p.id, p.partition_key, p.seq, p.next_attempt_at FROM {outbox} p
         WHERE p.partition_key = parked.partition_key AND p.seq IS NOT NULL ORDER BY p.seq LIMIT 1
     ) h
     WHERE parked.partition_key IS NOT NULL AND h.next_attempt_at = 'infinity'
@@ -247,7 +259,7 @@ WITH RECURSIVE parked(partition_key) AS (
                       AND d.seq < h.seq)
 )
 UPDATE {outbox} o SET next_attempt_at = $1
-FROM heads h WHERE o.message_id = h.message_id AND o.topic = h.topic AND o.next_attempt_at = 'infinity'
+FROM heads h WHERE o.id = h.id AND o.next_attempt_at = 'infinity'
 RETURNING o.partition_key`,
 
 		listDead: `

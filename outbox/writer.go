@@ -54,7 +54,7 @@ func (o *Outbox) StageTx(ctx context.Context, db DB, msgs ...Message) (int, erro
 		b.Queue(o.q.stageKeys, a.keys, a.counts)
 	}
 	b.Queue(o.q.stage, a.args...)
-	b.Queue(o.q.stageRecheck, a.ids, a.topics)
+	b.Queue(o.q.stageRecheck, a.ids)
 	res := db.SendBatch(ctx, b)
 	if len(a.keys) > 0 {
 		if _, err := res.Exec(); err != nil {
@@ -110,7 +110,7 @@ func (o *Outbox) stageArgs(ctx context.Context, msgs []Message) (stageArgs, erro
 		scheduled = make([]*time.Time, 0, n)
 		keyIndex  = make([]*int64, 0, n)
 		keyCount  = make([]*int64, 0, n)
-		seen      = make(map[rowKey]struct{}, n)
+		seen      = make(map[[2]string]struct{}, n)
 		perKey    = map[string]int64{}
 	)
 	for i := range msgs {
@@ -121,10 +121,10 @@ func (o *Outbox) stageArgs(ctx context.Context, msgs []Message) (stageArgs, erro
 		if strings.TrimSpace(m.Topic) == "" {
 			return stageArgs{}, invalidMessage("message %q: Topic is empty", m.ID)
 		}
-		if _, dup := seen[rowKey{m.ID, m.Topic}]; dup {
+		if _, dup := seen[[2]string{m.ID, m.Topic}]; dup {
 			continue
 		}
-		seen[rowKey{m.ID, m.Topic}] = struct{}{}
+		seen[[2]string{m.ID, m.Topic}] = struct{}{}
 		meta, err := encodeMetadata(m.Metadata)
 		if err != nil {
 			return stageArgs{}, invalidMessage("message %q: metadata: %v", m.ID, err)

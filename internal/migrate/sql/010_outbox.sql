@@ -15,8 +15,10 @@
 -- Every time is timestamptz. Tenant is never NULL: "no tenant" is the reserved value '__untenanted__'.
 
 CREATE TABLE outbox (
+    -- The relay's handle on a row (claims, marks, leases address rows by it: one bigint array per batch).
+    id               bigint      GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
     -- The message ID (text: Watermill users publish UUIDs, ULIDs or short IDs) and its destination topic at the
-    -- broker form the primary key: staging the same ID for the same topic twice inserts one row, while one
+    -- broker identify the message: staging the same ID for the same topic twice inserts one row, while one
     -- message fanned out to several topics is one row per topic (Watermill's own Pub/Sub suite publishes the same
     -- UUIDs to twenty topics and expects each to deliver them all).
     message_id       text        NOT NULL CHECK (message_id <> ''),
@@ -48,7 +50,7 @@ CREATE TABLE outbox (
     -- and holding the key), and is promoted (made due) when that message is done.
     next_attempt_at  timestamptz NOT NULL,
     created_at       timestamptz NOT NULL,
-    PRIMARY KEY (message_id, topic)
+    CONSTRAINT outbox_message_key UNIQUE (message_id, topic)
 ) WITH (
     -- Room on each page for lease updates to stay HOT (no new index entries).
     fillfactor = 70,
