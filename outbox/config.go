@@ -1,6 +1,7 @@
 package outbox
 
 import (
+	"context"
 	crand "crypto/rand"
 	"encoding/hex"
 	"fmt"
@@ -68,6 +69,61 @@ type RelayConfig struct {
 	VacuumInterval time.Duration
 	// Logger overrides the Outbox's logger for this relay.
 	Logger *slog.Logger
+	// Hooks observe the relay, for metrics and traces. Default: none.
+	Hooks Hooks
+}
+
+// Hooks are optional callbacks observing a relay, the place metrics and traces plug in. They run synchronously on
+// the relay's goroutines, so keep them fast and never block.
+type Hooks struct {
+	// Claimed follows every claim: how many rows it leased, how long it took, and its error.
+	Claimed func(ctx context.Context, rows int, took time.Duration, err error)
+	// Delivered follows every delivery: the message, how it ended, the error that ended it (nil when published)
+	// and how long it took from hand-over to answer.
+	Delivered func(ctx context.Context, d Delivery, outcome Outcome, err error, took time.Duration)
+	// Marked follows every statement marking published rows: how many, how long, and its error.
+	Marked func(ctx context.Context, rows int, took time.Duration, err error)
+	// DeadLettered follows a message's move to the dead letters, with the error of its last attempt.
+	DeadLettered func(ctx context.Context, d Delivery, err error)
+}
+
+// Delivery describes a message a relay delivered, for Hooks.
+type Delivery struct {
+	MessageID    string
+	Topic        string
+	MessageType  string
+	Tenant       string
+	PartitionKey string
+	// Attempt is the delivery attempt this was (1 for the first).
+	Attempt int
+}
+
+// Outcome is how a delivery ended.
+type Outcome int
+
+const (
+	// Published: acknowledged (the message reached the broker); its mark follows, batched with others.
+	Published Outcome = iota
+	// Rejected: nacked or not acknowledged within AckDeadline; the attempt counts.
+	Rejected
+	// Unreachable: the broker could not be reached; no attempt counted, the relay backs off.
+	Unreachable
+	// Released: given back without an answer because the relay was closing.
+	Released
+)
+
+func (o Outcome) String() string {
+	switch o {
+	case Published:
+		return "published"
+	case Rejected:
+		return "rejected"
+	case Unreachable:
+		return "unreachable"
+	case Released:
+		return "released"
+	}
+	return fmt.Sprintf("Outcome(%d)", int(o))
 }
 
 // Retries returns a *int for RelayConfig.MaxRetryCount.
@@ -111,6 +167,7 @@ type settings struct {
 	disableNotify    bool
 	vacuumInterval   time.Duration
 	logger           *slog.Logger
+	hooks            Hooks
 }
 
 func (c *RelayConfig) settings(defaultLogger *slog.Logger) (settings, error) {
@@ -123,7 +180,7 @@ func (c *RelayConfig) settings(defaultLogger *slog.Logger) (settings, error) {
 		processorID: c.ProcessorID, leaseDuration: c.LeaseDuration, ackDeadline: c.AckDeadline,
 		releaseKey: c.ReleaseKeyOnDeadLetter, unavailable: c.IsBrokerUnavailable, brokerBackoff: c.BrokerBackoff,
 		maxBrokerBackoff: c.MaxBrokerBackoff, disableNotify: c.DisableNotify, vacuumInterval: c.VacuumInterval,
-		logger: c.Logger, maxRetryCount: 5,
+		logger: c.Logger, maxRetryCount: 5, hooks: c.Hooks,
 	}
 	if c.MaxRetryCount != nil {
 		s.maxRetryCount = *c.MaxRetryCount

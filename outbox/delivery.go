@@ -75,23 +75,23 @@ func (d *delivery) viaChannel(ctx context.Context, out chan<- *message.Message, 
 	select {
 	case out <- msg:
 	case <-ctx.Done():
-		return outcome{kind: outcomeRelease}
+		return outcome{kind: Released}
 	}
 	timer := time.NewTimer(deadline)
 	defer timer.Stop()
 	select {
 	case <-msg.Acked():
-		return outcome{kind: outcomeAck}
+		return outcome{kind: Published}
 	case <-msg.Nacked():
 		return d.failure(d.recorded())
 	case <-timer.C:
-		return outcome{kind: outcomeReject, err: ErrAckDeadline}
+		return outcome{kind: Rejected, err: ErrAckDeadline}
 	case <-ctx.Done():
 		select {
 		case <-msg.Acked():
-			return outcome{kind: outcomeAck}
+			return outcome{kind: Published}
 		default:
-			return outcome{kind: outcomeRelease}
+			return outcome{kind: Released}
 		}
 	}
 }
@@ -105,7 +105,7 @@ func (d *delivery) viaPublisher(ctx context.Context, pub message.Publisher) outc
 	if err := pub.Publish(d.row.topic, msg); err != nil {
 		return d.failure(err)
 	}
-	return outcome{kind: outcomeAck}
+	return outcome{kind: Published}
 }
 
 // failure is filled in by the subscription, which knows the classifier; see subscription.deliverUnit.
@@ -113,7 +113,7 @@ func (d *delivery) failure(err error) outcome {
 	if err == nil {
 		err = ErrNacked
 	}
-	return outcome{kind: outcomeReject, err: err}
+	return outcome{kind: Rejected, err: err}
 }
 
 // ErrBrokerUnavailable marks a publish error as "the broker could not be reached". Wrap it
@@ -151,8 +151,8 @@ func BrokerUnavailable(err error) bool {
 
 // classify turns a rejection into "unreachable" when the classifier says so.
 func (s *subscription) classify(out outcome) outcome {
-	if out.kind == outcomeReject && out.err != nil && s.s.unavailable(out.err) {
-		out.kind = outcomeUnreachable
+	if out.kind == Rejected && out.err != nil && s.s.unavailable(out.err) {
+		out.kind = Unreachable
 	}
 	return out
 }

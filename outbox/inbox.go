@@ -178,9 +178,6 @@ func (i *Inbox) handle(name string, msg *message.Message, h HandlerFunc) error {
 	return i.failed(ctx, name, tenant, msgType, msg, err)
 }
 
-// errDuplicate is returned by run for a message already handled.
-var errDuplicate = errors.New("duplicate")
-
 func (i *Inbox) run(ctx context.Context, name, tenant, msgType string, msg *message.Message, h HandlerFunc) (
 	staged int, err error) {
 	tx, err := i.o.pool.BeginTx(ctx, i.txOptions)

@@ -134,6 +134,11 @@ type row struct {
 
 func (r *row) ordered() bool { return r.seq != nil }
 
+func (r *row) info() Delivery {
+	return Delivery{MessageID: r.id, Topic: r.topic, MessageType: r.msgType, Tenant: r.tenant,
+		PartitionKey: r.partitionKey, Attempt: r.attempts + 1}
+}
+
 // watermillMessage builds the message delivered for the row: UUID = message ID, stored metadata plus the standard
 // headers.
 func (r *row) watermillMessage() *message.Message {

@@ -165,17 +165,8 @@ type unit struct {
 	rows []*row
 }
 
-type outcomeKind int
-
-const (
-	outcomeAck outcomeKind = iota
-	outcomeReject
-	outcomeUnreachable
-	outcomeRelease
-)
-
 type outcome struct {
-	kind outcomeKind
+	kind Outcome
 	err  error
 }
 
@@ -202,7 +193,6 @@ type subscription struct {
 	marking       int                 // rows in the mark statement running now
 	pausedUntil   time.Time
 	brokerBackoff time.Duration
-	drainIdle     bool
 	drainErr      error
 	result        DrainResult
 
@@ -398,13 +388,17 @@ func (s *subscription) exec(ctx context.Context, b *pgx.Batch, read func(pgx.Bat
 	return err
 }
 
-func (s *subscription) claim(limit int) (int, error) {
+func (s *subscription) claim(limit int) (n int, err error) {
+	if h := s.s.hooks.Claimed; h != nil {
+		start := time.Now()
+		defer func() { h(s.ctx, n, time.Since(start), err) }()
+	}
 	now := s.r.o.now()
 	b := &pgx.Batch{}
 	b.Queue(s.q.claim, now, limit, s.owner, now.Add(s.s.leaseDuration), s.topics, s.runLength()-1,
 		2*s.s.parallelism)
 	var claimed []*row
-	err := s.exec(s.ctx, b, func(res pgx.BatchResults) error {
+	err = s.exec(s.ctx, b, func(res pgx.BatchResults) error {
 		rows, err := res.Query()
 		if err != nil {
 			return err
@@ -572,16 +566,20 @@ func (s *subscription) deliverUnit(u *unit) {
 			return
 		}
 		d := &delivery{row: rw}
+		start := time.Now()
 		out := s.classify(s.deliver(s.ctx, d))
+		if h := s.s.hooks.Delivered; h != nil {
+			h(s.ctx, rw.info(), out.kind, out.err, time.Since(start))
+		}
 		switch out.kind {
-		case outcomeAck:
+		case Published:
 			s.acked(rw, s.finished(u))
-		case outcomeRelease:
+		case Released:
 			return
-		case outcomeUnreachable:
+		case Unreachable:
 			s.unreachable(rw, u, out.err)
 			return
-		case outcomeReject:
+		case Rejected:
 			if !s.rejected(rw, u, out.err) {
 				return
 			}
@@ -691,6 +689,9 @@ func (s *subscription) rejected(rw *row, u *unit, cause error) bool {
 		s.result.DeadLettered++
 	}
 	s.mu.Unlock()
+	if h := s.s.hooks.DeadLettered; dead && err == nil && h != nil {
+		h(s.ctx, rw.info(), cause)
+	}
 	s.unpend(1 + len(rest))
 	return goOn
 }
@@ -858,9 +859,13 @@ func orderedKeys(rows []*row) []string {
 
 // mark moves acknowledged rows to the ledger and promotes the next message of their keys, in one implicit
 // transaction (one round trip).
-func (s *subscription) mark(batch []int64, keys []string) error {
+func (s *subscription) mark(batch []int64, keys []string) (err error) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(s.ctx), 30*time.Second)
 	defer cancel()
+	if h := s.s.hooks.Marked; h != nil {
+		start := time.Now()
+		defer func() { h(ctx, len(batch), time.Since(start), err) }()
+	}
 	now := s.r.o.now()
 	b := &pgx.Batch{}
 	b.Queue(s.q.mark, batch, s.owner, now)
@@ -869,7 +874,7 @@ func (s *subscription) mark(batch []int64, keys []string) error {
 		b.Queue(s.q.promote, keys, now)
 	}
 	var tag pgconn.CommandTag
-	err := s.exec(ctx, b, func(res pgx.BatchResults) (err error) {
+	err = s.exec(ctx, b, func(res pgx.BatchResults) (err error) {
 		if tag, err = res.Exec(); err != nil || len(keys) == 0 {
 			return err
 		}

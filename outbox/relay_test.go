@@ -159,11 +159,32 @@ func TestPoisonMessageHoldsItsKeyUntilRedriven(t *testing.T) {
 		}
 		return nil
 	})
-	r := e.relay(func(c *outbox.RelayConfig) { c.MaxRetryCount = outbox.Retries(2) })
+	var hookMu sync.Mutex
+	var deadHooked []string
+	var outcomes []outbox.Outcome
+	r := e.relay(func(c *outbox.RelayConfig) {
+		c.MaxRetryCount = outbox.Retries(2)
+		c.Hooks.DeadLettered = func(_ context.Context, d outbox.Delivery, err error) {
+			hookMu.Lock()
+			defer hookMu.Unlock()
+			deadHooked = append(deadHooked, fmt.Sprintf("%s attempt %d: %v", d.MessageID, d.Attempt, err))
+		}
+		c.Hooks.Delivered = func(_ context.Context, d outbox.Delivery, o outbox.Outcome, _ error, _ time.Duration) {
+			if d.MessageID == "p1" {
+				hookMu.Lock()
+				defer hookMu.Unlock()
+				outcomes = append(outcomes, o)
+			}
+		}
+	})
 	runRouter(t, r, b, nil)
 
 	pgtest.Eventually(t, 10*time.Second, func() bool { return e.count("outbox_dead_letters") == 1 },
 		"p1 was not dead-lettered")
+	hookMu.Lock()
+	require.Equal(t, []string{"p1 attempt 3: " + poison.Error()}, deadHooked)
+	require.Equal(t, []outbox.Outcome{outbox.Rejected, outbox.Rejected, outbox.Rejected}, outcomes)
+	hookMu.Unlock()
 	dl, err := e.ob.AllTenants().DeadLetter(ctx, "p1")
 	require.NoError(t, err)
 	require.Equal(t, 3, dl.Attempts, "MaxRetryCount 2 means three attempts")

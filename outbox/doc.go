@@ -1,0 +1,70 @@
+// Package outbox is stagehand's transactional outbox on PostgreSQL, its relay to any Watermill publisher, and an
+// inbox for idempotent Watermill handlers.
+//
+// # Staging
+//
+// A message staged with a business decision is written to the outbox table in the same transaction as the
+// decision: Outbox.StageTx on the caller's pgx.Tx (or Outbox.Publisher, a Watermill publisher bound to it). If the
+// transaction rolls back, nothing is staged; if it commits, the message will be published. Outbox.Stage does the
+// same in a transaction of its own. A message is identified by its ID and destination topic: staging it again
+// inserts nothing, as long as it is pending, dead-lettered, or sent and not yet cleaned up.
+//
+// Messages sharing a partition key (by default the "partition-key" metadata value, else "aggregate-id") are
+// numbered in staging-commit order: a transaction staging a key holds that key's counter until it ends, so a
+// transaction that commits later gets higher numbers even if it staged first.
+//
+// Wake-up notifications (LISTEN/NOTIFY) are sent after commit, never inside the transaction, where they would
+// serialise every committing transaction. StageTx cannot see the caller's commit: call Outbox.Notify after it, or
+// let relays find the rows at their next poll.
+//
+// # Relaying
+//
+// A Relay is a Watermill message.Subscriber: Subscribe(ctx, topic) delivers the rows staged for a topic, one
+// Watermill message per row, with the message ID as UUID and the standard headers (tenant, correlation, causation,
+// message type, partition key) in the metadata. Relay.AddToRouter wires a message.Router handler that forwards
+// every row, on its own topic, to any Watermill publisher: Kafka, NATS, AMQP, watermill-sql, gochannel. Relay.Drain
+// does the same once, with no background loop, for serverless triggers.
+//
+// The guarantees:
+//
+//   - At least once. A row leaves the outbox only when the broker accepted it and the relay still held its lease.
+//     A relay that dies, stalls past its lease, or loses its database connection leaves its rows to be published
+//     again by another relay: duplicates are possible, losses are not. Make consumers idempotent (see Inbox).
+//   - Per-key order. Messages of one partition key are delivered one at a time in staging-commit order, the next
+//     only after the previous was acknowledged, so their first publications reach the broker in that order, with
+//     any number of relays and any MaxDegreeOfParallelism. A message that fails holds back only the later messages
+//     of its own key. Scheduled messages are the documented exception: they are published when due, outside their
+//     key's order.
+//   - Retries that throttle. A rejected message (nacked, or unanswered past AckDeadline) is retried after an
+//     exponential backoff with jitter, capped by MaxRetryDelay; after MaxRetryCount retries it moves to the dead
+//     letters with its last error. A dead letter keeps holding its key (a sequenced dead-letter queue) until it is
+//     redriven or discarded, unless ReleaseKeyOnDeadLetter.
+//   - Outages cost nothing. A broker that cannot be reached (connection refused, open circuit breaker, dial
+//     timeout; see BrokerUnavailable) counts no attempt: the relay pauses as a whole and retries, so an outage never
+//     fills the dead letters.
+//   - Low latency, safe fallback. Relays wake on NOTIFY and poll every PollingInterval; a killed listening
+//     connection or a database restart reconnects on its own, and polling covers the gap.
+//
+// Watermill's Nack carries no error: a handler records why it failed with RecordError before nacking (AddToRouter
+// does it for the publish error), which is what the relay stores as the row's last error and classifies.
+//
+// # Operations
+//
+// Outbox.AllTenants and Outbox.Tenant give the statistics, dead letters (list, show, redrive, discard) and cleanup,
+// estate-wide or for one tenant; the estate-wide scope is reached by name, never by a wildcard tenant. Published
+// messages leave the hot outbox table at once (so claims stay cheap however long the system runs) for a compact
+// ledger of sent IDs. Components that re-stage messages from the event log register a watermark
+// (Outbox.AdvanceWatermarkTx), and Admin.CleanupSent keeps every ledger entry at or above the lowest watermark, so
+// re-staging a message that was already sent publishes nothing.
+//
+// # Inbox
+//
+// Inbox.Handler wraps a handler for a Watermill router so it applies its effects at most once per (message ID,
+// handler name): in one transaction it records the pair under a unique constraint, skips the handler for a
+// duplicate, runs it with the transaction and a Publisher bound to it (so messages it produces are staged in that
+// same transaction, never handed back to the router), and commits. A failure rolls everything back and the message
+// is redelivered; a message that cannot be decoded, or keeps failing, goes to the inbox dead letters instead of
+// blocking the subscription. Outbox at least once plus inbox at most once is effectively once.
+//
+// Tables are created by stagehand.Migrate (migrations 010 and 011), never by a constructor.
+package outbox
