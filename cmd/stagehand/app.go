@@ -41,6 +41,9 @@ type options struct {
 	getenv func(string) string
 	// isTerminal reports whether a writer is a terminal (progress bars are drawn only then).
 	isTerminal func(io.Writer) bool
+	// followIdle, when set, is called each time events tail --follow has read everything and starts waiting
+	// (tests use it to append only once the command waits).
+	followIdle func()
 }
 
 // run executes the command line args and returns the process exit code. Output goes to stdout, failures (one

@@ -263,6 +263,9 @@ func (a *app) follow(ctx context.Context, store *eventstore.PostgresStore, q eve
 				continue // there may be more right away
 			}
 		}
+		if a.opts.followIdle != nil {
+			a.opts.followIdle()
+		}
 		select {
 		case <-ctx.Done():
 			return nil

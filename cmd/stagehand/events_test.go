@@ -105,15 +105,22 @@ func TestEventsTailAndStream(t *testing.T) {
 	e.fails(exitFailure, `no stream "acc-1" for tenant globex`, "events", "stream", "acc-1", "--tenant", "globex")
 }
 
-// follow runs events tail --follow in the background and returns its output and a stop that cancels it and
-// returns its result.
-func (e *env) follow(args ...string) (*syncBuffer, func() result) {
+// follow runs events tail --follow in the background and returns its output, a channel that receives a signal
+// when it has read everything and waits, and a stop that cancels it and returns its result.
+func (e *env) follow(args ...string) (*syncBuffer, <-chan struct{}, func() result) {
 	ctx, cancel := context.WithCancel(context.Background())
 	var stdout, stderr syncBuffer
+	idle := make(chan struct{}, 1)
+	opts := options{followIdle: func() {
+		select {
+		case idle <- struct{}{}:
+		default:
+		}
+	}}
 	done := make(chan int, 1)
 	go func() {
 		done <- runWith(ctx, e.args(append([]string{"events", "tail", "--follow"}, args...)...), &stdout, &stderr,
-			options{})
+			opts)
 	}()
 	var res *result
 	stop := func() result {
@@ -125,7 +132,17 @@ func (e *env) follow(args ...string) (*syncBuffer, func() result) {
 		return *res
 	}
 	e.t.Cleanup(func() { stop() })
-	return &stdout, stop
+	return &stdout, idle, stop
+}
+
+// waitIdle waits until the follower has read everything and waits for a wake-up.
+func waitIdle(t *testing.T, idle <-chan struct{}) {
+	t.Helper()
+	select {
+	case <-idle:
+	case <-time.After(10 * time.Second):
+		t.Fatal("events tail --follow never caught up")
+	}
 }
 
 func jsonLines(t *testing.T, out string) []eventOut {
@@ -147,10 +164,10 @@ func TestEventsTailFollowWithNotify(t *testing.T) {
 	store := e.store(nil)
 	appendEvents(t, store, "", "bank.account", "acc-1", "account.opened")
 
-	out, stop := e.follow("--from", "start", "--json", "--poll-interval", "1m", "--type", "account.deposited",
-		"--type", "account.opened")
-	pgtest.Eventually(t, 10*time.Second, func() bool { return len(jsonLines(t, out.String())) == 1 },
-		"the existing event is printed")
+	out, idle, stop := e.follow("--from", "start", "--json", "--poll-interval", "1m", "--type",
+		"account.deposited", "--type", "account.opened")
+	waitIdle(t, idle)
+	require.Len(t, jsonLines(t, out.String()), 1, "the existing event is printed")
 	appendEvents(t, store, "", "bank.account", "acc-1", "account.deposited")
 	appendEvents(t, store, "", "shop.order", "ord-1", "order.placed")
 	appendEvents(t, store, "", "bank.account", "acc-2", "account.opened")
@@ -165,20 +182,21 @@ func TestEventsTailFollowWithNotify(t *testing.T) {
 }
 
 // Without notifications (a writer that sends none) --follow still sees new events by polling; in human form,
-// from --from on, and stopping after --limit.
+// from the head (only new events) by default, and stopping after --limit.
 func TestEventsTailFollowPolls(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
 	store := e.store(&eventstore.PostgresConfig{DisableNotify: true})
 	appendEvents(t, store, "", "bank.account", "acc-1", "account.opened")
 
-	out, stop := e.follow("--poll-interval", "50ms", "--from", "2")
+	out, idle, stop := e.follow("--poll-interval", "50ms")
+	waitIdle(t, idle)
 	appendEvents(t, store, "", "bank.account", "acc-1", "account.deposited")
 	pgtest.Eventually(t, 10*time.Second, func() bool { return strings.Contains(out.String(), "#2 ") },
 		"the new event is found by polling")
 	r := stop()
 	require.Equal(t, exitOK, r.code, r.stderr)
-	require.NotContains(t, r.stdout, "#1 ", "--from 2 starts at position 2")
+	require.NotContains(t, r.stdout, "#1 ", "--follow starts at the head: only new events")
 	require.Regexp(t, `^#2 \S+ bank.account/acc-1@2 account.deposited \{"n":1\}\n$`, r.stdout)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

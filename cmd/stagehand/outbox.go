@@ -199,6 +199,9 @@ func (a *app) deadListCommand() *cobra.Command {
 				"LAST ERROR"}, rows); err != nil {
 				return err
 			}
+			if limit > 0 && len(dls) == limit {
+				return a.printf("\nThe oldest %d dead letters, %s (--limit 0 shows all).\n", len(dls), scope.label())
+			}
 			return a.printf("\n%d dead letter(s), %s.\n", len(dls), scope.label())
 		},
 	}

@@ -112,6 +112,10 @@ func TestOutboxStatsListAndShow(t *testing.T) {
 		require.Contains(t, human, id)
 	}
 	require.Contains(t, human, "3 dead letter(s), all tenants (estate-wide)")
+	human = e.ok("outbox", "dead", "list", "--limit", "2")
+	require.Contains(t, human, "The oldest 2 dead letters, all tenants (estate-wide) (--limit 0 shows all)")
+	e.json(&list, "outbox", "dead", "list", "--limit", "0")
+	require.Len(t, list.DeadLetters, 3)
 
 	var show deadOut
 	e.json(&show, "outbox", "dead", "show", "a1")
