@@ -246,8 +246,7 @@ func (a *app) connect(ctx context.Context) (*pgxpool.Pool, error) {
 	}
 	if err := pool.Ping(ctx); err != nil {
 		pool.Close()
-		return nil, fmt.Errorf("cannot connect to the database (host %s, port %d, database %q, user %q): %w",
-			cfg.ConnConfig.Host, cfg.ConnConfig.Port, cfg.ConnConfig.Database, cfg.ConnConfig.User, err)
+		return nil, fmt.Errorf("cannot connect to the database: %w", err)
 	}
 	a.pool = pool
 	return pool, nil
