@@ -51,8 +51,8 @@ func TestPubSub(t *testing.T) {
 					BatchSize:       100,
 					PollingInterval: 100 * time.Millisecond,
 					MaxRetryCount:   outbox.Retries(1000),
-					RetryDelay:      10 * time.Millisecond,
-					MaxRetryDelay:   20 * time.Millisecond,
+					RetryDelay:      time.Millisecond,
+					MaxRetryDelay:   5 * time.Millisecond,
 					LeaseDuration:   5 * time.Second,
 					AckDeadline:     10 * time.Second,
 				})

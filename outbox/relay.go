@@ -732,6 +732,10 @@ func (s *subscription) unreachable(rw *row, u *unit, cause error) {
 	}
 }
 
+// maxMark caps the rows of one mark statement, so a burst of acks cannot turn into one statement that holds up the
+// promotions it carries for long.
+const maxMark = 5000
+
 // acker marks acknowledged rows sent, coalescing every ack that arrives while a mark statement runs into the next
 // one, so the database sees one statement per burst rather than one per message. It also retries promotions that
 // found a key's counter locked by a staging transaction.
@@ -743,7 +747,11 @@ func (s *subscription) acker(workersDone <-chan struct{}) {
 	for {
 		s.mu.Lock()
 		batch := s.acks
-		s.acks = nil
+		if len(batch) > maxMark {
+			batch, s.acks = batch[:maxMark:maxMark], batch[maxMark:]
+		} else {
+			s.acks = nil
+		}
 		s.marking = len(batch)
 		s.mu.Unlock()
 		if len(batch) > 0 {
