@@ -199,11 +199,11 @@ func (s *PostgresStore) append(ctx context.Context, db dbtx, req AppendRequest, 
 	if err != nil {
 		return AppendResult{}, err
 	}
-	args, err := appendArgs(req)
+	args, l, err := appendArgs(req)
 	if err != nil {
 		return AppendResult{}, err
 	}
-	sql := s.appendSQL(req.Expected, len(req.Events) == 1)
+	sql := s.appendSQL(req.Expected, l)
 	for attempt := 0; ; attempt++ {
 		var recs []Record
 		if savepoint {
@@ -251,35 +251,63 @@ func inTx(db dbtx) bool {
 	return ok
 }
 
-func appendArgs(req AppendRequest) ([]any, error) {
+// layout is the parameter layout of an append statement.
+type layout int
+
+const (
+	// single: one event, scalars $4-$9, expected version $10.
+	single layout = iota
+	// uniform: several events sharing type version, metadata and occurred-at: arrays $4-$6 (ID, type, payload),
+	// scalars $7-$9, expected version $10.
+	uniform
+	// mixed: several events that differ in those too: arrays $4-$9, expected version $10.
+	mixed
+)
+
+// appendArgs lays out the statement's parameters. What a save's events usually share (type version, metadata,
+// occurred-at) goes as one scalar each, as arrays only when the events differ.
+func appendArgs(req AppendRequest) ([]any, layout, error) {
 	n := len(req.Events)
-	ids := make([]string, n)
-	types := make([]string, n)
-	versions := make([]int32, n)
-	payloads := make([]string, n)
 	metas := make([]string, n)
-	occurred := make([]time.Time, n)
+	same := true
+	first := req.Events[0]
 	for i, e := range req.Events {
-		ids[i] = e.EventID.String()
-		types[i] = e.Type
-		versions[i] = int32(e.TypeVersion)
-		payloads[i] = string(e.Payload)
 		m, err := encodeMetadata(e.Metadata)
 		if err != nil {
-			return nil, err
+			return nil, 0, err
 		}
 		metas[i] = m
-		occurred[i] = e.OccurredAt
+		same = same && m == metas[0] && e.TypeVersion == first.TypeVersion && e.OccurredAt.Equal(first.OccurredAt)
 	}
-	args := []any{req.Tenant, req.StreamID, req.StreamType, ids, types, versions, payloads, metas, occurred}
-	if n == 1 { // the common case: scalars, no arrays to encode and unnest
-		args = []any{req.Tenant, req.StreamID, req.StreamType, ids[0], types[0], versions[0], payloads[0], metas[0],
-			occurred[0]}
+	var args []any
+	var l layout
+	switch {
+	case n == 1:
+		l = single
+		args = []any{req.Tenant, req.StreamID, req.StreamType, first.EventID.String(), first.Type,
+			string(first.Payload), int32(first.TypeVersion), metas[0], first.OccurredAt}
+	default:
+		ids, types, payloads := make([]string, n), make([]string, n), make([]string, n)
+		for i, e := range req.Events {
+			ids[i], types[i], payloads[i] = e.EventID.String(), e.Type, string(e.Payload)
+		}
+		if same {
+			l = uniform
+			args = []any{req.Tenant, req.StreamID, req.StreamType, ids, types, payloads, int32(first.TypeVersion),
+				metas[0], first.OccurredAt}
+		} else {
+			l = mixed
+			versions, occurred := make([]int32, n), make([]time.Time, n)
+			for i, e := range req.Events {
+				versions[i], occurred[i] = int32(e.TypeVersion), e.OccurredAt
+			}
+			args = []any{req.Tenant, req.StreamID, req.StreamType, ids, types, payloads, versions, metas, occurred}
+		}
 	}
 	if req.Expected > 0 {
 		args = append(args, int64(req.Expected))
 	}
-	return args, nil
+	return args, l, nil
 }
 
 func (s *PostgresStore) insert(ctx context.Context, db dbtx, sql string, args []any) ([]Record, error) {
@@ -338,7 +366,7 @@ func scanAppended(rows pgx.Rows) ([]Record, error) {
 // concurrency control: two writers that both read version n cannot both insert n+1, and the statement that loses
 // inserts none of its events. The expected-version check adds one index probe: for an exact version n the stream's
 // event n must exist (else the stream is behind and nothing is inserted).
-func (s *PostgresStore) appendSQL(expected ExpectedVersion, single bool) string {
+func (s *PostgresStore) appendSQL(expected ExpectedVersion, l layout) string {
 	var base string
 	switch {
 	case expected == NoStream:
@@ -353,22 +381,32 @@ func (s *PostgresStore) appendSQL(expected ExpectedVersion, single bool) string 
 		base = `SELECT $10::bigint AS base WHERE EXISTS (SELECT 1 FROM ` + s.t.events +
 			` WHERE tenant_id = $1 AND stream_id = $2 AND version = $10)`
 	}
-	if single {
-		return `INSERT INTO ` + s.t.events + ` (tenant_id, stream_id, stream_type, version, event_id, event_type,
-			event_version, payload, metadata, occurred_at)
-		SELECT $1, $2, $3, b.base + 1, $4::uuid, $5::text, $6::int, $7::jsonb, $8::jsonb, $9::timestamptz
+	insert := `INSERT INTO ` + s.t.events + ` (tenant_id, stream_id, stream_type, version, event_id, event_type,
+			payload, event_version, metadata, occurred_at)`
+	switch l {
+	case single:
+		return insert + `
+		SELECT $1, $2, $3, b.base + 1, $4::uuid, $5::text, $6::jsonb, $7::int, $8::jsonb, $9::timestamptz
 		FROM (` + base + `) b
 		RETURNING position, version, recorded_at`
-	}
-	return `INSERT INTO ` + s.t.events + ` (tenant_id, stream_id, stream_type, version, event_id, event_type,
-			event_version, payload, metadata, occurred_at)
-		SELECT $1, $2, $3, b.base + d.ord, d.event_id, d.event_type, d.event_version, d.payload, d.metadata,
-			d.occurred_at
-		FROM (` + base + `) b,
-			unnest($4::uuid[], $5::text[], $6::int[], $7::jsonb[], $8::jsonb[], $9::timestamptz[])
-			WITH ORDINALITY AS d(event_id, event_type, event_version, payload, metadata, occurred_at, ord)
+	case uniform:
+		return insert + `
+		SELECT $1, $2, $3, b.base + d.ord, d.event_id, d.event_type, d.payload, $7::int, $8::jsonb,
+			$9::timestamptz
+		FROM (` + base + `) b, unnest($4::uuid[], $5::text[], $6::jsonb[])
+			WITH ORDINALITY AS d(event_id, event_type, payload, ord)
 		ORDER BY d.ord
 		RETURNING position, version, recorded_at`
+	default:
+		return insert + `
+		SELECT $1, $2, $3, b.base + d.ord, d.event_id, d.event_type, d.payload, d.event_version, d.metadata,
+			d.occurred_at
+		FROM (` + base + `) b,
+			unnest($4::uuid[], $5::text[], $6::jsonb[], $7::int[], $8::jsonb[], $9::timestamptz[])
+			WITH ORDINALITY AS d(event_id, event_type, payload, event_version, metadata, occurred_at, ord)
+		ORDER BY d.ord
+		RETURNING position, version, recorded_at`
+	}
 }
 
 // conflict builds the ConflictError with the stream's current committed version.

@@ -50,6 +50,7 @@ func Run(t *testing.T, newStore Factory) {
 		{"Tenancy/StreamIdentityIncludesTenant", testTenantIdentity},
 		{"Tenancy/NoTenantRoundTrips", testNoTenant},
 		{"Metadata/EventFieldsRoundTrip", testRoundTrip},
+		{"Metadata/PerEventFieldsRoundTripInOneAppend", testPerEventFields},
 		{"Snapshots/LatestVersionWins", testSnapshots},
 		{"Transactional/StageErrorRollsBackTheAppend", testStageErrorRollsBack},
 		{"Transactional/ConflictDoesNotRunStage", testConflictSkipsStage},
@@ -430,6 +431,41 @@ func testRoundTrip(t *testing.T, s eventstore.Store) {
 	require.Len(t, logged, 1)
 	require.Equal(t, r.Metadata, logged[0].Metadata)
 	require.Equal(t, r.Position, logged[0].Position)
+}
+
+func testPerEventFields(t *testing.T, s eventstore.Store) {
+	t0 := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	in := []eventstore.EventData{
+		{Type: "a", TypeVersion: 1, Payload: []byte(`{"i":0}`), Metadata: eventstore.Metadata{"k": "0"}, OccurredAt: t0},
+		{Type: "b", TypeVersion: 2, Payload: []byte(`{"i":1}`), Metadata: eventstore.Metadata{"k": "1"},
+			OccurredAt: t0.Add(time.Second)},
+		{Type: "c", TypeVersion: 3, Payload: []byte(`{"i":2}`), OccurredAt: t0.Add(2 * time.Second)},
+	}
+	shared := []eventstore.EventData{
+		{Type: "a", Payload: []byte(`{"i":3}`), Metadata: eventstore.Metadata{"k": "same"}, OccurredAt: t0},
+		{Type: "b", Payload: []byte(`{"i":4}`), Metadata: eventstore.Metadata{"k": "same"}, OccurredAt: t0},
+	}
+	_, err := s.Append(ctx(), eventstore.AppendRequest{StreamID: "p", Expected: eventstore.NoStream, Events: in})
+	require.NoError(t, err)
+	_, err = s.Append(ctx(), eventstore.AppendRequest{StreamID: "p", Expected: 3, Events: shared})
+	require.NoError(t, err)
+	got, err := s.ReadStream(ctx(), "", "p", 0)
+	require.NoError(t, err)
+	require.Len(t, got, 5)
+	for i, e := range append(in, shared...) {
+		r := got[i]
+		require.Equal(t, int64(i+1), r.Version)
+		require.Equal(t, e.Type, r.Type)
+		require.Equal(t, max(e.TypeVersion, 1), r.TypeVersion)
+		require.JSONEq(t, string(e.Payload), string(r.Payload))
+		if len(e.Metadata) == 0 {
+			require.Empty(t, r.Metadata)
+		} else {
+			require.Equal(t, e.Metadata, r.Metadata)
+		}
+		require.True(t, e.OccurredAt.Equal(r.OccurredAt), "event %d occurred-at %s != %s", i, r.OccurredAt,
+			e.OccurredAt)
+	}
 }
 
 func testSnapshots(t *testing.T, s eventstore.Store) {
