@@ -221,7 +221,7 @@ func run(ctx context.Context, out io.Writer, cfg config) (err error) {
 	fmt.Fprintf(out, "placing %d orders, %d at a time (run %s, tenant %s)...\n", cfg.orders, cfg.concurrency,
 		runID, tenant)
 	started := time.Now()
-	placing := newBar(out, cfg.orders, "placing orders  ")
+	placing := newBar(out, cfg.orders, "placing orders   ", "orders")
 	err = s.placeOrders(stagehand.WithTenant(bg.ctx, tenant), runID, cfg, placing)
 	placing.finish()
 	if err != nil {
@@ -232,7 +232,7 @@ func run(ctx context.Context, out io.Writer, cfg config) (err error) {
 	// 6. Wait until every message of the run is handled and the projection has caught up.
 	lastOrder := time.Now()
 	expected := int64(cfg.orders * messagesPerOrder)
-	handling := newBar(out, int(expected), "handling messages")
+	handling := newBar(out, int(expected), "handling messages", "")
 	err = waitUntilHandled(bg.ctx, st, expected, board, cfg.timeout, handling)
 	handling.finish()
 	if err != nil {

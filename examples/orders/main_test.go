@@ -42,7 +42,8 @@ func TestOrdersExample(t *testing.T) {
 
 			// The strategies, as configured and as resolved, before the run and in the summary.
 			require.Contains(t, out, "  orders    "+tc.strategy.String()+" -> "+tc.orders)
-			require.Contains(t, out, `  payments  eventually-consistent -> eventually-consistent, worker "reconciler:payments" running`)
+			require.Contains(t, out,
+				`  payments  eventually-consistent -> eventually-consistent, worker "reconciler:payments" running`)
 			require.Contains(t, out, `  shipping  deferred -> deferred, worker "stager:shipping" running`)
 			require.Contains(t, out, fmt.Sprintf("strategies:             orders=%s (requested %s), "+
 				"payments=eventually-consistent (requested eventually-consistent), shipping=deferred (requested deferred)",
@@ -70,7 +71,7 @@ func TestOrdersExample(t *testing.T) {
 				`applied twice: (\d+)`)
 			require.Equal(t, []int{messages, orders, orders, 2 * orders, 0}, effects, "each message's effects once")
 
-			latency := match(t, out, `latency append->handled: p50 [\d.]+ms, p99 [\d.]+ms \((\d+) messages`)
+			latency := match(t, out, `append->handled: +p50 [\d.]+ms, p99 [\d.]+ms \((\d+) messages`)
 			require.Equal(t, []int{messages}, latency)
 			require.Equal(t, []int{0, orders, orders, orders},
 				match(t, out, `projection lag: +(\d+) events \(order-board: (\d+) orders, (\d+) paid, (\d+) shipped\)`))

@@ -175,21 +175,26 @@ type bar struct {
 	out io.Writer
 }
 
-func newBar(out io.Writer, total int, description string) *bar {
+// newBar returns a bar of total steps, or nil when out is not a terminal. With a unit ("orders"), it shows the
+// rate and the time left.
+func newBar(out io.Writer, total int, description, unit string) *bar {
 	f, ok := out.(*os.File)
 	if !ok || !term.IsTerminal(int(f.Fd())) {
 		return nil
 	}
-	return &bar{out: out, pb: progressbar.NewOptions(max(total, 1),
+	opts := []progressbar.Option{
 		progressbar.OptionSetWriter(out),
 		progressbar.OptionSetDescription(description),
 		progressbar.OptionSetWidth(30),
 		progressbar.OptionShowCount(),
-		progressbar.OptionShowIts(),
-		progressbar.OptionSetPredictTime(true),
-		progressbar.OptionThrottle(100*time.Millisecond),
+		progressbar.OptionThrottle(100 * time.Millisecond),
 		progressbar.OptionSetRenderBlankState(true),
-	)}
+		progressbar.OptionSetPredictTime(unit != ""),
+	}
+	if unit != "" {
+		opts = append(opts, progressbar.OptionShowIts(), progressbar.OptionSetItsString(unit))
+	}
+	return &bar{out: out, pb: progressbar.NewOptions(max(total, 1), opts...)}
 }
 
 // set moves the bar to done.

@@ -129,8 +129,8 @@ func (s *shop) printSummary(ctx context.Context, out io.Writer, runID string, cf
 		all = append(all, ds...)
 	}
 	p50, p99 := percentiles(all)
-	fmt.Fprintf(out, "  latency append->handled: p50 %s, p99 %s (%d messages; from the event's occurred-at, or "+
-		"the consumer's decision, to the handler's commit)\n", ms(p50), ms(p99), len(all))
+	fmt.Fprintf(out, "  append->handled:        p50 %s, p99 %s (%d messages, from occurred-at to the consumer's "+
+		"commit)\n", ms(p50), ms(p99), len(all))
 	for _, path := range []struct{ typ, how string }{
 		{MsgOrderPlaced, "orders repository, " + s.strategyOf("orders").String()},
 		{MsgPaymentCaptured, "payments repository, " + s.strategyOf("payments").String()},
