@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -292,4 +294,74 @@ func TestTwoDeferredStagersWithOneNameNeverBothStage(t *testing.T) {
 	require.Equal(t, int64(1), peak.Load(), "two stagers with one name staged at the same time")
 	require.Positive(t, handledBy[0].Load()+handledBy[1].Load())
 	e.requireExactlyOnce(e.store)
+}
+
+// The save path of EventuallyConsistent and the reconciler stage the same events at the same time: they must
+// take their locks in one order (watermark, then partition keys), or PostgreSQL breaks a deadlock by failing one
+// of them (the save's staging, a second later).
+func TestEventuallyConsistentAndReconcilerNeverDeadlock(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var logs syncBuffer
+	r, _ := e.repo(e.store, &Config{Strategy: EventuallyConsistent, Outbox: e.outbox,
+		Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))})
+	rec, err := NewReconciler(e.store, e.outbox, e.m, &WorkerConfig{PollInterval: 2 * time.Millisecond, BatchSize: 5})
+	require.NoError(t, err)
+	done := make(chan error, 1)
+	go func() { done <- rec.Run(ctx) }()
+
+	var wg sync.WaitGroup
+	for w := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 30 {
+				id := fmt.Sprintf("o-%d-%d", w, i%6) // several saves per aggregate: shared partition keys
+				if _, err := r.Update(ctx, id, func(o *Order) error { o.Place(1); return nil }); err != nil {
+					if _, err := r.Create(ctx, id, func(o *Order) error { o.Place(1); return nil }); err != nil &&
+						!errors.Is(err, eventstore.ErrConcurrencyConflict) {
+						t.Errorf("save: %v", err)
+					}
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	head, err := e.store.HeadPosition(ctx)
+	require.NoError(t, err)
+	pgtest.Eventually(t, 30*time.Second, func() bool {
+		lag, err := rec.Lag(ctx)
+		return err == nil && lag.Position >= head
+	}, "the reconciler did not catch up")
+	cancel()
+	require.NoError(t, ignoreCanceled(<-done))
+	require.NotContains(t, logs.String(), "staging after the append failed", "the save path's staging failed")
+	e.requireExactlyOnce(e.store)
+}
+
+func ignoreCanceled(err error) error {
+	if errors.Is(err, context.Canceled) {
+		return nil
+	}
+	return err
+}
+
+// syncBuffer is a bytes.Buffer safe for the concurrent writes of a logger.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }

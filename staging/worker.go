@@ -168,6 +168,13 @@ func (w *Worker) handle(ctx context.Context, tx pgx.Tx, recs []eventstore.Record
 		}
 		msgs = append(msgs, m...)
 	}
+	// The watermark first, then the keys StageTx locks: the save path of EventuallyConsistent locks in the same
+	// order (watermark FOR SHARE, then keys), so the two never deadlock. Both commit together.
+	if len(recs) > 0 {
+		if _, err := w.outbox.AdvanceWatermarkTx(ctx, tx, w.watermark, recs[len(recs)-1].Position); err != nil {
+			return err
+		}
+	}
 	if w.hook != nil && len(msgs) > 1 {
 		half := len(msgs) / 2
 		if _, err := w.outbox.StageTx(ctx, tx, msgs[:half]...); err != nil {
@@ -178,11 +185,6 @@ func (w *Worker) handle(ctx context.Context, tx pgx.Tx, recs []eventstore.Record
 	}
 	if _, err := w.outbox.StageTx(ctx, tx, msgs...); err != nil {
 		return err
-	}
-	if len(recs) > 0 {
-		if _, err := w.outbox.AdvanceWatermarkTx(ctx, tx, w.watermark, recs[len(recs)-1].Position); err != nil {
-			return err
-		}
 	}
 	if w.hook != nil {
 		w.hook("staged")
