@@ -49,44 +49,71 @@ func benchMessages(n, keys int, prefix string) []outbox.Message {
 	return out
 }
 
-func stageAll(b *testing.B, ob *outbox.Outbox, msgs []outbox.Message) {
-	b.Helper()
-	ctx := context.Background()
-	for start := 0; start < len(msgs); start += 1000 {
-		_, err := ob.Stage(ctx, msgs[start:min(start+1000, len(msgs))]...)
-		require.NoError(b, err)
-	}
-}
-
-func drainSize(batch int) int {
+// drainRound is the backlog each side drains in one round.
+func drainRound(batch int) int {
 	switch {
 	case batch == 1:
-		return 3000
+		return 600
 	case batch <= 100:
-		return 30000
+		return 15000
 	default:
-		return 60000
+		return 40000
 	}
 }
 
-// BenchmarkDrain is the drain rate (messages/s) of a pre-filled outbox to a no-op publisher, at batch sizes 1, 100
+// drainSide is one way of draining a backlog: fill stages n messages in one transaction (so they become visible at
+// once) and drain returns when all of them are published and marked.
+type drainSide struct {
+	name  string
+	fill  func(round, n int)
+	drain func(n int)
+	stop  func()
+}
+
+// BenchmarkDrain is the drain rate (messages/s) of a committed backlog to a no-op publisher, at batch sizes 1, 100
 // and 1000, beside a raw-SQL claim + mark baseline and watermill-sql's default schema with Watermill's forwarder,
-// on the same database in the same run.
+// on the same database in the same run. The sides take turns in rounds (rotating their order), so drift in the
+// machine's load falls on all of them; rates and ratios are over all rounds.
 func BenchmarkDrain(b *testing.B) {
 	url := pgtest.DurableURL(b)
 	for _, batch := range []int{1, 100, 1000} {
-		n := drainSize(batch)
-		b.Run(fmt.Sprintf("batch=%d/raw", batch), func(b *testing.B) { benchRaw(b, url, batch, n) })
-		b.Run(fmt.Sprintf("batch=%d/relay-router", batch), func(b *testing.B) {
-			benchRelay(b, url, batch, n, 0, true)
+		b.Run(fmt.Sprintf("batch=%d", batch), func(b *testing.B) {
+			n := drainRound(batch)
+			sides := []drainSide{
+				rawSide(b, url, batch),
+				relaySide(b, url, batch, 0, true),
+				relaySide(b, url, batch, 0, false),
+				relaySide(b, url, batch, 1000, true),
+				forwarderSide(b, url, batch),
+			}
+			defer func() {
+				for _, s := range sides {
+					s.stop()
+				}
+			}()
+			spent := make([]time.Duration, len(sides))
+			rounds := 5 * b.N
+			for round := range rounds {
+				for i := range sides {
+					k := (i + round) % len(sides)
+					sides[k].fill(round, n)
+					start := time.Now()
+					sides[k].drain(n)
+					spent[k] += time.Since(start)
+				}
+			}
+			rate := func(i int) float64 { return float64(n*rounds) / spent[i].Seconds() }
+			for i, s := range sides {
+				b.ReportMetric(rate(i), s.name+"-msgs/s")
+			}
+			b.ReportMetric(rate(1)/rate(0), "router/raw")
+			b.ReportMetric(rate(1)/rate(4), "router/forwarder")
+			b.ReportMetric(0, "ns/op")
+			fmt.Printf("DRAIN batch=%d: raw %.0f, relay-router %.0f (%.2fx raw, %.2fx forwarder), relay-drain %.0f "+
+				"(%.2fx raw, %.2fx forwarder), relay-router-1000keys %.0f (%.2fx raw), forwarder %.0f msgs/s\n",
+				batch, rate(0), rate(1), rate(1)/rate(0), rate(1)/rate(4), rate(2), rate(2)/rate(0),
+				rate(2)/rate(4), rate(3), rate(3)/rate(0), rate(4))
 		})
-		b.Run(fmt.Sprintf("batch=%d/relay-drain", batch), func(b *testing.B) {
-			benchRelay(b, url, batch, n, 0, false)
-		})
-		b.Run(fmt.Sprintf("batch=%d/relay-router-1000keys", batch), func(b *testing.B) {
-			benchRelay(b, url, batch, n, 1000, true)
-		})
-		b.Run(fmt.Sprintf("batch=%d/forwarder", batch), func(b *testing.B) { benchForwarder(b, url, batch, n) })
 	}
 }
 
@@ -95,46 +122,65 @@ func relayConfig(batch int) *outbox.RelayConfig {
 		MaxDegreeOfParallelism: 4}
 }
 
-func benchRelay(b *testing.B, url string, batch, n, keys int, viaRouter bool) {
+// relaySide drains with a relay: through a Watermill router (viaRouter), or with Drain.
+func relaySide(b *testing.B, url string, batch, keys int, viaRouter bool) drainSide {
 	pool, schema := pgtest.MigratedOn(b, url)
 	e := setupOn(b, pool, schema, nil)
-	var elapsed time.Duration
-	for i := 0; i < b.N; i++ {
-		stageAll(b, e.ob, benchMessages(n, keys, fmt.Sprint("m", i)))
-		pgtest.Exec(b, pool, "VACUUM ANALYZE "+pgtest.Q(schema, "outbox"))
-		pub := &countingPublisher{}
-		r, err := e.ob.NewRelay(relayConfig(batch))
-		require.NoError(b, err)
-		start := time.Now()
-		if viaRouter {
-			router, err := message.NewRouter(message.RouterConfig{}, nil)
-			require.NoError(b, err)
-			r.AddToRouter(router, pub, nil)
-			ctx, cancel := context.WithCancel(context.Background())
-			done := make(chan struct{})
-			go func() { _ = router.Run(ctx); close(done) }()
-			for pub.n.Load() < int64(n) || e.count("outbox") > 0 {
-				time.Sleep(2 * time.Millisecond)
+	name := "relay-drain"
+	if viaRouter {
+		name = "relay-router"
+	}
+	if keys > 0 {
+		name += fmt.Sprintf("-%dkeys", keys)
+	}
+	pub := &countingPublisher{}
+	cfg := relayConfig(batch)
+	r, err := e.ob.NewRelay(cfg)
+	require.NoError(b, err)
+	side := drainSide{name: name, stop: func() { _ = r.Close() }}
+	side.fill = func(round, n int) {
+		msgs := benchMessages(n, keys, fmt.Sprint("m", round))
+		require.NoError(b, pgx.BeginFunc(context.Background(), pool, func(tx pgx.Tx) error {
+			for start := 0; start < n; start += 1000 {
+				if _, err := e.ob.StageTx(context.Background(), tx, msgs[start:min(start+1000, n)]...); err != nil {
+					return err
+				}
 			}
-			elapsed += time.Since(start)
-			cancel()
-			<-done
-		} else {
+			return nil
+		}))
+	}
+	if !viaRouter {
+		side.drain = func(n int) {
 			res, err := r.Drain(context.Background(), pub)
 			require.NoError(b, err)
 			require.Equal(b, n, res.Published)
-			elapsed += time.Since(start)
 		}
-		require.NoError(b, r.Close())
-		require.EqualValues(b, n, pub.n.Load())
+		return side
 	}
-	b.ReportMetric(float64(n*b.N)/elapsed.Seconds(), "msgs/s")
-	b.ReportMetric(0, "ns/op")
+	router, err := message.NewRouter(message.RouterConfig{}, nil)
+	require.NoError(b, err)
+	r.AddToRouter(router, pub, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { _ = router.Run(ctx); close(done) }()
+	<-router.Running()
+	side.stop = func() { cancel(); <-done; _ = r.Close() }
+	side.drain = func(n int) {
+		e.ob.Notify()
+		target := pub.n.Load() + int64(n)
+		for pub.n.Load() < target {
+			time.Sleep(time.Millisecond)
+		}
+		for e.count("outbox") > 0 { // and marked
+			time.Sleep(time.Millisecond)
+		}
+	}
+	return side
 }
 
-// benchRaw is the baseline: the minimal claim (lease) + mark an outbox can do, in two statements per batch, one
+// rawSide is the baseline: the minimal claim (lease) + mark an outbox can do, in two statements per batch, one
 // worker, on a plain table with a partial index on unsent rows.
-func benchRaw(b *testing.B, url string, batch, n int) {
+func rawSide(b *testing.B, url string, batch int) drainSide {
 	pool, schema := pgtest.MigratedOn(b, url)
 	ctx := context.Background()
 	tbl := pgtest.Q(schema, "raw_outbox")
@@ -147,108 +193,108 @@ func benchRaw(b *testing.B, url string, batch, n int) {
 		             ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED)
 		RETURNING id, topic, payload`
 	mark := `UPDATE ` + tbl + ` SET sent_at = now() WHERE id = ANY($1)`
-	var elapsed time.Duration
-	for i := 0; i < b.N; i++ {
-		for start := 0; start < n; start += 1000 {
+	pub := &countingPublisher{}
+	return drainSide{
+		name: "raw",
+		fill: func(_, n int) {
 			_, err := pool.Exec(ctx, "INSERT INTO "+tbl+" (topic, payload) SELECT 'orders', $1 FROM generate_series(1, $2)",
-				payload, min(1000, n-start))
+				payload, n)
 			require.NoError(b, err)
-		}
-		pgtest.Exec(b, pool, "VACUUM ANALYZE "+tbl)
-		pub := &countingPublisher{}
-		began := time.Now()
-		for {
-			rows, err := pool.Query(ctx, claim, batch)
-			require.NoError(b, err)
-			var ids []int64
-			for rows.Next() {
-				var (
-					id    int64
-					topic string
-					p     []byte
-				)
-				require.NoError(b, rows.Scan(&id, &topic, &p))
-				require.NoError(b, pub.Publish(topic, message.NewMessage(fmt.Sprint(id), p)))
-				ids = append(ids, id)
+		},
+		drain: func(int) {
+			for {
+				rows, err := pool.Query(ctx, claim, batch)
+				require.NoError(b, err)
+				var ids []int64
+				for rows.Next() {
+					var (
+						id    int64
+						topic string
+						p     []byte
+					)
+					require.NoError(b, rows.Scan(&id, &topic, &p))
+					require.NoError(b, pub.Publish(topic, message.NewMessage(fmt.Sprint(id), p)))
+					ids = append(ids, id)
+				}
+				require.NoError(b, rows.Err())
+				if len(ids) == 0 {
+					return
+				}
+				_, err = pool.Exec(ctx, mark, ids)
+				require.NoError(b, err)
 			}
-			require.NoError(b, rows.Err())
-			if len(ids) == 0 {
-				break
-			}
-			_, err = pool.Exec(ctx, mark, ids)
-			require.NoError(b, err)
-		}
-		elapsed += time.Since(began)
-		require.EqualValues(b, n, pub.n.Load())
-		pgtest.Exec(b, pool, "TRUNCATE "+tbl)
+		},
+		stop: func() {},
 	}
-	b.ReportMetric(float64(n*b.N)/elapsed.Seconds(), "msgs/s")
-	b.ReportMetric(0, "ns/op")
 }
 
-// benchForwarder is the peer: messages published through Watermill's forwarder into watermill-sql's default
+// forwarderSide is the peer: messages published through Watermill's forwarder into watermill-sql's default
 // PostgreSQL schema, forwarded by the forwarder to the no-op publisher.
-func benchForwarder(b *testing.B, url string, batch, n int) {
-	pool, schema := pgtest.MigratedOn(b, url)
+func forwarderSide(b *testing.B, url string, batch int) drainSide {
+	_, schema := pgtest.MigratedOn(b, url)
 	ctx := context.Background()
 	cfg, err := pgxpool.ParseConfig(url)
 	require.NoError(b, err)
 	cfg.ConnConfig.RuntimeParams["search_path"] = schema
 	wpool, err := pgxpool.NewWithConfig(ctx, cfg)
 	require.NoError(b, err)
-	b.Cleanup(wpool.Close)
-	_ = pool
 	db := wmsql.BeginnerFromPgx(wpool)
 	logger := watermill.NopLogger{}
-	var elapsed time.Duration
-	for i := 0; i < b.N; i++ {
-		topic := fmt.Sprintf("forwarded_%d", i)
-		sqlPub, err := wmsql.NewPublisher(db, wmsql.PublisherConfig{
-			SchemaAdapter: wmsql.DefaultPostgreSQLSchema{}, AutoInitializeSchema: true}, logger)
-		require.NoError(b, err)
-		fwdPub := forwarder.NewPublisher(sqlPub, forwarder.PublisherConfig{ForwarderTopic: topic})
-		// Create the table outside the staging transactions (AutoInitializeSchema refuses to run in one).
-		require.NoError(b, fwdPub.Publish("orders", message.NewMessage("warmup", payload)))
-		for start := 0; start < n-1; start += 1000 {
+	const topic = "forwarded"
+	sqlPub, err := wmsql.NewPublisher(db, wmsql.PublisherConfig{
+		SchemaAdapter: wmsql.DefaultPostgreSQLSchema{}, AutoInitializeSchema: true}, logger)
+	require.NoError(b, err)
+	// Create the table outside the staging transactions (AutoInitializeSchema refuses to run in one).
+	require.NoError(b, forwarder.NewPublisher(sqlPub, forwarder.PublisherConfig{ForwarderTopic: topic}).
+		Publish("orders", message.NewMessage("warmup", payload)))
+	sub, err := wmsql.NewSubscriber(db, wmsql.SubscriberConfig{
+		ConsumerGroup:    "forwarder",
+		PollInterval:     10 * time.Millisecond,
+		SchemaAdapter:    wmsql.DefaultPostgreSQLSchema{SubscribeBatchSize: batch},
+		OffsetsAdapter:   wmsql.DefaultPostgreSQLOffsetsAdapter{},
+		InitializeSchema: true,
+	}, logger)
+	require.NoError(b, err)
+	pub := &countingPublisher{}
+	fwd, err := forwarder.NewForwarder(sub, pub, logger, forwarder.Config{ForwarderTopic: topic})
+	require.NoError(b, err)
+	runCtx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { _ = fwd.Run(runCtx); close(done) }()
+	<-fwd.Running()
+	for pub.n.Load() < 1 { // the warm-up message
+		time.Sleep(time.Millisecond)
+	}
+	return drainSide{
+		name: "forwarder",
+		fill: func(round, n int) {
 			require.NoError(b, pgx.BeginFunc(ctx, wpool, func(tx pgx.Tx) error {
 				txPub, err := wmsql.NewPublisher(wmsql.TxFromPgx(tx), wmsql.PublisherConfig{
 					SchemaAdapter: wmsql.DefaultPostgreSQLSchema{}}, logger)
 				if err != nil {
 					return err
 				}
-				var ms []*message.Message
-				for j := start; j < min(start+1000, n-1); j++ {
-					ms = append(ms, message.NewMessage(fmt.Sprint(j), payload))
+				fp := forwarder.NewPublisher(txPub, forwarder.PublisherConfig{ForwarderTopic: topic})
+				for start := 0; start < n; start += 1000 {
+					var ms []*message.Message
+					for j := start; j < min(start+1000, n); j++ {
+						ms = append(ms, message.NewMessage(fmt.Sprint(round, "-", j), payload))
+					}
+					if err := fp.Publish("orders", ms...); err != nil {
+						return err
+					}
 				}
-				return forwarder.NewPublisher(txPub, forwarder.PublisherConfig{ForwarderTopic: topic}).
-					Publish("orders", ms...)
+				return nil
 			}))
-		}
-		sub, err := wmsql.NewSubscriber(db, wmsql.SubscriberConfig{
-			ConsumerGroup:    "forwarder",
-			PollInterval:     100 * time.Millisecond,
-			SchemaAdapter:    wmsql.DefaultPostgreSQLSchema{SubscribeBatchSize: batch},
-			OffsetsAdapter:   wmsql.DefaultPostgreSQLOffsetsAdapter{},
-			InitializeSchema: true,
-		}, logger)
-		require.NoError(b, err)
-		pub := &countingPublisher{}
-		fwd, err := forwarder.NewForwarder(sub, pub, logger, forwarder.Config{ForwarderTopic: topic})
-		require.NoError(b, err)
-		start := time.Now()
-		runCtx, cancel := context.WithCancel(ctx)
-		done := make(chan struct{})
-		go func() { _ = fwd.Run(runCtx); close(done) }()
-		for pub.n.Load() < int64(n) {
-			time.Sleep(2 * time.Millisecond)
-		}
-		elapsed += time.Since(start)
-		cancel()
-		_ = fwd.Close()
-		<-done
+		},
+		drain: func(n int) {
+			target := pub.n.Load() + int64(n)
+			for pub.n.Load() < target {
+				time.Sleep(time.Millisecond)
+			}
+		},
+		stop: func() { cancel(); _ = fwd.Close(); <-done; wpool.Close() },
 	}
-	b.ReportMetric(float64(n*b.N)/elapsed.Seconds(), "msgs/s")
-	b.ReportMetric(0, "ns/op")
 }
 
 // latencyPublisher records when each message was published.

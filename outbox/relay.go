@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -190,6 +191,7 @@ type subscription struct {
 	pending       int                 // rows queued or being delivered (not yet acknowledged)
 	acks          []*row              // acknowledged rows waiting for their mark
 	promotions    map[string]struct{} // keys whose promotion found their counter locked: retried
+	moved         atomic.Int64        // rows marked since the last vacuum
 	marking       int                 // rows in the mark statement running now
 	pausedUntil   time.Time
 	brokerBackoff time.Duration
@@ -227,10 +229,14 @@ func (s *subscription) run() {
 			s.worker()
 		}()
 	}
-	background.Add(1)
+	background.Add(2)
 	go func() {
 		defer background.Done()
 		s.keepLeases()
+	}()
+	go func() {
+		defer background.Done()
+		s.vacuumer()
 	}()
 	ackerDone, workersDone := make(chan struct{}), make(chan struct{})
 	go func() {
@@ -325,14 +331,15 @@ func (s *subscription) claimer(listen <-chan struct{}) {
 	}
 }
 
-// roomFor is how many rows the claimer may claim now: a batch while fewer than a batch are waiting or in flight.
+// roomFor is how many rows the claimer may claim now: up to a batch, while fewer than two batches are waiting or
+// in flight, so the next claim overlaps the deliveries of the previous one.
 func (s *subscription) roomFor() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.pending >= s.s.batchSize {
+	if s.pending >= 2*s.s.batchSize {
 		return 0
 	}
-	return s.s.batchSize
+	return min(s.s.batchSize, 2*s.s.batchSize-s.pending)
 }
 
 // drainFinished reports whether a drain has nothing left to do: no row held and the last claim came back short.
@@ -373,10 +380,11 @@ func (s *subscription) waitUnpaused() bool {
 	}
 }
 
-// exec sends b in one round trip and one implicit transaction, with JIT off (see queries.noJIT), lets read
-// read the results of b's statements in order (nil: none), and returns the first error.
+// exec sends b in one round trip and one implicit transaction, with the relay's settings (see
+// queries.relaySettings), lets read read the results of b's statements in order (nil: none), and returns the
+// first error.
 func (s *subscription) exec(ctx context.Context, b *pgx.Batch, read func(pgx.BatchResults) error) error {
-	all := &pgx.Batch{QueuedQueries: append([]*pgx.QueuedQuery{{SQL: s.q.noJIT}}, b.QueuedQueries...)}
+	all := &pgx.Batch{QueuedQueries: append([]*pgx.QueuedQuery{{SQL: s.q.relaySettings}}, b.QueuedQueries...)}
 	res := s.r.o.pool.SendBatch(ctx, all)
 	_, err := res.Exec()
 	if err == nil && read != nil {
@@ -396,7 +404,7 @@ func (s *subscription) claim(limit int) (n int, err error) {
 	now := s.r.o.now()
 	b := &pgx.Batch{}
 	b.Queue(s.q.claim, now, limit, s.owner, now.Add(s.s.leaseDuration), s.topics, s.runLength()-1,
-		2*s.s.parallelism)
+		s.runHeads())
 	var claimed []*row
 	err = s.exec(s.ctx, b, func(res pgx.BatchResults) error {
 		rows, err := res.Query()
@@ -428,6 +436,12 @@ func (s *subscription) claim(limit int) (n int, err error) {
 func (s *subscription) runLength() int {
 	per := 2 * s.s.parallelism
 	return max(1, (s.s.batchSize+per-1)/per)
+}
+
+// runHeads is how many of a claim's heads may bring their runs: at least two per worker, and enough for deep keys
+// to fill the batch with runs (one promotion per run rather than per message), while bounding what the claim reads.
+func (s *subscription) runHeads() int {
+	return max(2*s.s.parallelism, (s.s.batchSize+7)/8)
 }
 
 // enqueue groups claimed rows into units: every unordered row alone, the rows of a key in sequence order.
@@ -740,8 +754,6 @@ const maxMark = 5000
 // one, so the database sees one statement per burst rather than one per message. It also retries promotions that
 // found a key's counter locked by a staging transaction.
 func (s *subscription) acker(workersDone <-chan struct{}) {
-	lastVacuum := time.Now()
-	moved := 0
 	retry := time.NewTimer(time.Hour)
 	defer retry.Stop()
 	for {
@@ -760,7 +772,7 @@ func (s *subscription) acker(workersDone <-chan struct{}) {
 				s.s.logger.Warn("stagehand: outbox could not mark messages sent; their leases will lapse and "+
 					"they will be published again", "count", len(batch), "error", err)
 			} else {
-				moved += len(batch)
+				s.moved.Add(int64(len(batch)))
 			}
 			s.mu.Lock()
 			for _, rw := range batch {
@@ -770,10 +782,6 @@ func (s *subscription) acker(workersDone <-chan struct{}) {
 			s.mu.Unlock()
 			kick(s.wake)
 			kick(s.room)
-			if s.s.vacuumInterval > 0 && moved > 0 && time.Since(lastVacuum) >= s.s.vacuumInterval {
-				s.vacuum()
-				lastVacuum, moved = time.Now(), 0
-			}
 			continue
 		}
 		if s.retryPromotions() {
@@ -905,11 +913,27 @@ func (s *subscription) mark(batch []int64, keys []string) (err error) {
 	return nil
 }
 
-func (s *subscription) vacuum() {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(s.ctx), time.Minute)
-	defer cancel()
-	if _, err := s.r.o.pool.Exec(ctx, "VACUUM (SKIP_LOCKED) "+pgx.Identifier{s.r.o.schema, "outbox"}.Sanitize()); err != nil {
-		s.s.logger.Debug("stagehand: outbox vacuum failed; autovacuum remains", "error", err)
+// vacuumer vacuums the outbox table every VacuumInterval while this subscription moves rows out of it, off the
+// acker's path. SKIP_LOCKED: when another relay is vacuuming it, there is nothing to add.
+func (s *subscription) vacuumer() {
+	if s.s.vacuumInterval <= 0 {
+		return
+	}
+	t := time.NewTicker(s.s.vacuumInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-t.C:
+		case <-s.ctx.Done():
+			return
+		}
+		if s.moved.Swap(0) == 0 {
+			continue
+		}
+		if _, err := s.r.o.pool.Exec(s.ctx, "VACUUM (SKIP_LOCKED) "+
+			pgx.Identifier{s.r.o.schema, "outbox"}.Sanitize()); err != nil && s.ctx.Err() == nil {
+			s.s.logger.Debug("stagehand: outbox vacuum failed; autovacuum remains", "error", err)
+		}
 	}
 }
 
@@ -932,8 +956,9 @@ func (s *subscription) keepLeases() {
 		if len(held) == 0 {
 			continue
 		}
-		if _, err := s.r.o.pool.Exec(s.ctx, s.q.extend, held, s.owner,
-			s.r.o.now().Add(s.s.leaseDuration)); err != nil && s.ctx.Err() == nil {
+		b := &pgx.Batch{}
+		b.Queue(s.q.extend, held, s.owner, s.r.o.now().Add(s.s.leaseDuration))
+		if err := s.exec(s.ctx, b, nil); err != nil && s.ctx.Err() == nil {
 			s.s.logger.Warn("stagehand: outbox could not renew leases", "count", len(held), "error", err)
 		}
 	}
@@ -964,7 +989,9 @@ func (s *subscription) releaseAll() {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if _, err := s.r.o.pool.Exec(ctx, s.q.release, held, s.owner, unpark, s.r.o.now()); err != nil {
+	b := &pgx.Batch{}
+	b.Queue(s.q.release, held, s.owner, unpark, s.r.o.now())
+	if err := s.exec(ctx, b, nil); err != nil {
 		s.s.logger.Warn("stagehand: outbox could not release leases on close; they will lapse",
 			"count", len(held), "error", err)
 	}

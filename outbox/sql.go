@@ -10,7 +10,7 @@ import (
 // reasons for it are in internal/migrate/sql/010_outbox.sql and 011_inbox.sql.
 type queries struct {
 	stageKeys, stage, stageRecheck                   string
-	noJIT                                            string
+	relaySettings, stageSettings, stageRestore       string
 	claim, nextDue                                   string
 	mark, fail, release, unreachable, extend         string
 	lockKeys, lockKeysWait, promote, sweep           string
@@ -42,10 +42,30 @@ func newQueries(schema string) queries {
 		// Stage, first statement: lock (and advance) the counter of every ordered key, in sorted order. The lock is
 		// held until the staging transaction ends, so a later committer of the same key gets higher numbers:
 		// sequence order is staging-commit order.
-		// The relay's statements join small sets against estimates the planner cannot know (per-key runs), which can
-		// push their estimated cost past jit_above_cost: JIT compiling then costs far more (about a second) than the
-		// statement (milliseconds). Turned off for the implicit transaction of the relay's own batches only.
-		noJIT: `SELECT set_config('jit', 'off', true)`,
+		// Settings for the implicit transaction of each of the relay's own batches:
+		//   - Index access only (enable_seqscan, enable_bitmapscan off). Every statement here is built around an
+		//     index walk that stops early (oldest due rows, the first row of a key, a key's run), which only pays
+		//     off with a plain index scan. The planner's estimates cannot be trusted on a queue table: a vacuum
+		//     that finds it empty records zero rows, and until the next analyze a burst of thousands of rows is
+		//     planned as an empty table (a bitmap scan and sort of every due row per claim, seq scans per key).
+		//   - JIT off. Per-key runs give estimates that can push the statements past jit_above_cost: compiling
+		//     then costs far more (about a second) than the statement (milliseconds).
+		//   - synchronous_commit off. Leases, marks, backoffs, dead-letter moves and promotions need no WAL flush
+		//     before the relay goes on: a crash that loses the last of them leaves the database as it was a moment
+		//     earlier, where the affected messages are still pending, so they are published again (a duplicate,
+		//     which at-least-once allows) and none is lost. Staging is never affected: it commits in the caller's
+		//     transaction with the caller's settings.
+		relaySettings: `SELECT set_config('enable_seqscan', 'off', true), set_config('enable_bitmapscan', 'off', true),
+    set_config('jit', 'off', true), set_config('synchronous_commit', 'off', true)`,
+
+		// Staging runs in the caller's transaction, so it switches index-only access on for its own statements
+		// and restores the caller's settings after them (same reason as relaySettings; its parking probes would
+		// otherwise run as seq scans per message on a burst).
+		stageSettings: `SELECT set_config('stagehand.enable_seqscan', current_setting('enable_seqscan'), true),
+    set_config('stagehand.enable_bitmapscan', current_setting('enable_bitmapscan'), true),
+    set_config('enable_seqscan', 'off', true), set_config('enable_bitmapscan', 'off', true)`,
+		stageRestore: `SELECT set_config('enable_seqscan', current_setting('stagehand.enable_seqscan'), true),
+    set_config('enable_bitmapscan', current_setting('stagehand.enable_bitmapscan'), true)`,
 
 		stageKeys: `
 INSERT INTO {keys} AS k (partition_key, last_seq)
@@ -86,13 +106,20 @@ RETURNING message_id`,
 		// same ID into the ledger (or the dead letters), whose delete then lets the insert through. A new statement
 		// sees the move and removes the duplicate before the staging transaction commits (READ COMMITTED). An
 		// (ID, topic) is never both pending and sent or dead-lettered once committed, so any row this finds is a
-		// duplicate of this transaction's making. It is driven by the (usually empty) ledger match, never by a scan.
+		// duplicate of this transaction's making. Each staged (ID, topic) probes the ledger and the dead letters
+		// (usually a miss, so nothing more), and only a hit looks the row up; the LATERAL joins fix that order
+		// whatever the planner estimates.
 		stageRecheck: `
-DELETE FROM {outbox} o WHERE (o.message_id, o.topic) IN (
-    SELECT s.message_id, s.topic FROM {sent} s WHERE s.message_id = ANY($1)
-    UNION ALL
-    SELECT d.message_id, d.topic FROM {dead} d WHERE d.message_id = ANY($1))
-RETURNING o.message_id`,
+DELETE FROM {outbox} WHERE id = ANY (ARRAY(
+    SELECT o.id FROM unnest($1::text[], $2::text[]) AS k(message_id, topic)
+    CROSS JOIN LATERAL (
+        SELECT 1 FROM {sent} s WHERE s.message_id = k.message_id AND s.topic = k.topic
+        UNION ALL
+        SELECT 1 FROM {dead} d WHERE d.message_id = k.message_id AND d.topic = k.topic
+        LIMIT 1) hit
+    CROSS JOIN LATERAL (
+        SELECT o.id FROM {outbox} o WHERE o.message_id = k.message_id AND o.topic = k.topic) o))
+RETURNING message_id`,
 
 		// Claim: due, unleased rows that are the first pending message of their key (or unordered), oldest first,
 		// skipping rows another relay is claiming. For the first $7 of those heads, also the (parked) messages that
@@ -227,16 +254,20 @@ SELECT partition_key FROM {keys} WHERE partition_key = ANY($1) ORDER BY partitio
 SELECT partition_key FROM {keys} WHERE partition_key = ANY($1) ORDER BY partition_key FOR UPDATE`,
 
 		// Promote: make the first pending message of each key due, when it is parked and no dead letter holds the
-		// key.
+		// key. The rows are found first, one index probe per key, then updated by key: every statement that
+		// updates a set it computes is written this way, so that no plan (on a queue table the planner's row
+		// estimates are often wrong by orders of magnitude) can drive the computation from the table side.
 		promote: `
-UPDATE {outbox} o SET next_attempt_at = $2
-FROM unnest($1::text[]) AS k(partition_key)
-CROSS JOIN LATERAL (
-    SELECT p.id, p.seq FROM {outbox} p
-    WHERE p.partition_key = k.partition_key AND p.seq IS NOT NULL ORDER BY p.seq LIMIT 1
-) h
-WHERE o.id = h.id AND o.next_attempt_at = 'infinity'
-  AND NOT EXISTS (SELECT 1 FROM {dead} d WHERE d.holds_key AND d.partition_key = k.partition_key AND d.seq < h.seq)`,
+UPDATE {outbox} SET next_attempt_at = $2
+WHERE next_attempt_at = 'infinity' AND id = ANY (ARRAY(
+    SELECT h.id FROM unnest($1::text[]) AS k(partition_key)
+    CROSS JOIN LATERAL (
+        SELECT p.id, p.seq, p.next_attempt_at FROM {outbox} p
+        WHERE p.partition_key = k.partition_key AND p.seq IS NOT NULL ORDER BY p.seq LIMIT 1
+    ) h
+    WHERE h.next_attempt_at = 'infinity'
+      AND NOT EXISTS (SELECT 1 FROM {dead} d
+                      WHERE d.holds_key AND d.partition_key = k.partition_key AND d.seq < h.seq)))`,
 
 		// Sweep: promote where a promotion was missed (a relay that died between a mark and a retried
 		// promotion). Visits each key with parked messages once (a skip scan), not each parked message.
@@ -249,7 +280,7 @@ WITH RECURSIVE parked(partition_key) AS (
             ORDER BY o.partition_key LIMIT 1)
     FROM parked WHERE parked.partition_key IS NOT NULL
 ), heads AS (
-    SELECT h.* FROM parked
+    SELECT h.id FROM parked
     CROSS JOIN LATERAL (
         SELECT p.id, p.partition_key, p.seq, p.next_attempt_at FROM {outbox} p
         WHERE p.partition_key = parked.partition_key AND p.seq IS NOT NULL ORDER BY p.seq LIMIT 1
@@ -258,9 +289,9 @@ WITH RECURSIVE parked(partition_key) AS (
       AND NOT EXISTS (SELECT 1 FROM {dead} d WHERE d.holds_key AND d.partition_key = h.partition_key
                       AND d.seq < h.seq)
 )
-UPDATE {outbox} o SET next_attempt_at = $1
-FROM heads h WHERE o.id = h.id AND o.next_attempt_at = 'infinity'
-RETURNING o.partition_key`,
+UPDATE {outbox} SET next_attempt_at = $1
+WHERE next_attempt_at = 'infinity' AND id = ANY (ARRAY(SELECT id FROM heads))
+RETURNING partition_key`,
 
 		listDead: `
 SELECT message_id, tenant_id, message_type, topic, payload, metadata, correlation_id, causation_id, partition_key,
@@ -293,14 +324,11 @@ FROM {outbox} WHERE $1::text IS NULL OR tenant_id = $1`,
 
 		// Cleanup: one batch of ledger entries older than the cutoff, never at or above the lowest watermark.
 		cleanupSent: `
-WITH low AS (SELECT min(position) AS position FROM {watermarks}),
-victims AS (
-    SELECT s.message_id FROM {sent} s, low
+DELETE FROM {sent} WHERE ctid = ANY (ARRAY(
+    SELECT s.ctid FROM {sent} s, (SELECT min(position) AS position FROM {watermarks}) low
     WHERE s.sent_at < $1 AND ($2::text IS NULL OR s.tenant_id = $2)
       AND (s.source_position IS NULL OR low.position IS NULL OR s.source_position < low.position)
-    LIMIT $3
-)
-DELETE FROM {sent} s USING victims v WHERE s.message_id = v.message_id`,
+    LIMIT $3))`,
 
 		registerWatermark: `
 INSERT INTO {watermarks} (name, position, updated_at) VALUES ($1, $2, $3) ON CONFLICT (name) DO NOTHING`,
@@ -337,11 +365,8 @@ SELECT count(*) FILTER (WHERE outcome = 'handled'), min(processed_at),
     (SELECT count(*) FROM {inbox_dead} WHERE $1::text IS NULL OR tenant_id = $1)
 FROM {inbox} WHERE $1::text IS NULL OR tenant_id = $1`,
 		inboxCleanup: `
-WITH victims AS (
-    SELECT message_id, handler FROM {inbox}
-    WHERE processed_at < $1 AND ($2::text IS NULL OR tenant_id = $2) LIMIT $3
-)
-DELETE FROM {inbox} i USING victims v WHERE i.message_id = v.message_id AND i.handler = v.handler`,
+DELETE FROM {inbox} WHERE ctid = ANY (ARRAY(
+    SELECT ctid FROM {inbox} WHERE processed_at < $1 AND ($2::text IS NULL OR tenant_id = $2) LIMIT $3))`,
 		inboxListDead: `
 SELECT message_id, handler, tenant_id, message_type, topic, payload, metadata, attempts, last_error, dead_at
 FROM {inbox_dead}

@@ -50,19 +50,22 @@ func (o *Outbox) StageTx(ctx context.Context, db DB, msgs ...Message) (int, erro
 		return 0, err
 	}
 	b := &pgx.Batch{}
+	b.Queue(o.q.stageSettings)
 	if len(a.keys) > 0 {
 		b.Queue(o.q.stageKeys, a.keys, a.counts)
 	}
 	b.Queue(o.q.stage, a.args...)
-	b.Queue(o.q.stageRecheck, a.ids)
+	b.Queue(o.q.stageRecheck, a.ids, a.topics)
+	b.Queue(o.q.stageRestore)
 	res := db.SendBatch(ctx, b)
-	if len(a.keys) > 0 {
-		if _, err := res.Exec(); err != nil {
-			_ = res.Close()
-			return 0, fmt.Errorf("outbox: stage %d message(s): %w", len(msgs), err)
-		}
+	_, err = res.Exec()
+	if err == nil && len(a.keys) > 0 {
+		_, err = res.Exec()
 	}
-	inserted, err := countRows(res)
+	var inserted int
+	if err == nil {
+		inserted, err = countRows(res)
+	}
 	if err == nil {
 		var removed int
 		removed, err = countRows(res)
