@@ -331,15 +331,16 @@ func (s *subscription) claimer(listen <-chan struct{}) {
 	}
 }
 
-// roomFor is how many rows the claimer may claim now: up to a batch, while fewer than two batches are waiting or
-// in flight, so the next claim overlaps the deliveries of the previous one.
+// roomFor is how many rows the claimer may claim now: up to a batch, while fewer than two batches (and at least
+// two rows per worker) are waiting or in flight, so claims overlap deliveries and no worker waits for one.
 func (s *subscription) roomFor() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.pending >= 2*s.s.batchSize {
+	hold := max(2*s.s.batchSize, 2*s.s.parallelism)
+	if s.pending >= hold {
 		return 0
 	}
-	return min(s.s.batchSize, 2*s.s.batchSize-s.pending)
+	return min(s.s.batchSize, hold-s.pending)
 }
 
 // drainFinished reports whether a drain has nothing left to do: no row held and the last claim came back short.
