@@ -1,0 +1,144 @@
+package faultsuite
+
+import (
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"os"
+	"strings"
+	"time"
+)
+
+// EnvSize selects the size of the run: "ci" (the default) or "full".
+const EnvSize = "STAGEHAND_FAULTS"
+
+// Config is the size and the faults of a run. CI and Full return the two documented sizes.
+type Config struct {
+	// Name is the size's name, printed in the report.
+	Name string
+	// Messages are produced by saving Keys aggregates (one partition key each) Messages/Keys events each, one
+	// message per event. Messages must be a multiple of Keys.
+	Messages, Keys int
+	// Producers save aggregates concurrently, each owning Keys/Producers aggregates.
+	Producers int
+	// ProduceFor paces production so that it takes this long: the faults below happen while messages are being
+	// saved, relayed and handled. Production may take longer on a loaded machine, never shorter.
+	ProduceFor time.Duration
+	// Relays is the number of relay processes; each is killed with SIGKILL after a random time between KillMin and
+	// KillMax, and restarted, until production and every scheduled fault are over.
+	Relays           int
+	KillMin, KillMax time.Duration
+	// MinKills is the fewest kills the run must have made for its checks to mean anything.
+	MinKills int
+	// PostgresRestarts happen at these fractions of ProduceFor (pg_ctl restart -m fast).
+	PostgresRestarts []float64
+	// BrokerStopAt (a fraction of ProduceFor) is when the NATS server is shut down, for BrokerOutage, then started
+	// again on the same port and store directory.
+	BrokerStopAt float64
+	BrokerOutage time.Duration
+	// RejectRate is the fraction of publishes each relay process's destination rejects (an error that is not
+	// "broker unavailable", so the attempt counts and the message backs off).
+	RejectRate float64
+	// RedeliverRate is the fraction of deliveries the consumer nacks after the inbox committed its effects (as if
+	// the acknowledgement were lost), so the broker delivers those messages again and the inbox must skip them.
+	RedeliverRate float64
+	// MaxRetryCount is the relays' RelayConfig.MaxRetryCount. The chance that one message is rejected on every one of
+	// its MaxRetryCount+1 attempts is RejectRate^(MaxRetryCount+1); see DeadLetterOdds.
+	MaxRetryCount int
+	// DrainTimeout bounds the wait, after the last fault, for every message to be handled.
+	DrainTimeout time.Duration
+	// Seed seeds the random choices of the parent (kill times, key order); 0 picks one. Printed in the report.
+	Seed uint64
+	// ChildCommand re-executes the test binary as a relay process (for example os.Args[0], "-test.run=^$"); the
+	// binary's TestMain must call RunChildIfRequested.
+	ChildCommand []string
+	// Logger receives the components' logs (relay processes' too). Default: discarded.
+	Logger *slog.Logger
+	// Progress receives a line per phase and fault as the run goes. Default: discarded.
+	Progress io.Writer
+}
+
+// CI is the size run by go test ./... (and so by .ci/run, with -race): 5,000 messages over 100 keys, 3 relay
+// processes killed every 1-3 s for a 12 s window (at least 3 kills), one PostgreSQL restart, a 3 s broker outage.
+func CI() Config {
+	return Config{
+		Name: "ci", Messages: 5000, Keys: 100, Producers: 4, ProduceFor: 12 * time.Second,
+		Relays: 3, KillMin: time.Second, KillMax: 3 * time.Second, MinKills: 3,
+		PostgresRestarts: []float64{0.3}, BrokerStopAt: 0.55, BrokerOutage: 3 * time.Second,
+		RejectRate: 0.05, RedeliverRate: 0.01, MaxRetryCount: 10, DrainTimeout: 90 * time.Second,
+	}
+}
+
+// Full is the size of issue 7: 100,000 messages over 1,000 keys, 3 relay processes killed every 1-3 s for a 60 s
+// window, PostgreSQL restarted twice, the broker stopped for 10 s.
+func Full() Config {
+	return Config{
+		Name: "full", Messages: 100_000, Keys: 1000, Producers: 8, ProduceFor: 60 * time.Second,
+		Relays: 3, KillMin: time.Second, KillMax: 3 * time.Second, MinKills: 30,
+		PostgresRestarts: []float64{0.25, 0.7}, BrokerStopAt: 0.4, BrokerOutage: 10 * time.Second,
+		RejectRate: 0.05, RedeliverRate: 0.01, MaxRetryCount: 10, DrainTimeout: 5 * time.Minute,
+	}
+}
+
+// FromEnv returns the size named by STAGEHAND_FAULTS: CI when unset or "ci", Full for "full".
+func FromEnv() (Config, error) {
+	switch v := strings.ToLower(strings.TrimSpace(os.Getenv(EnvSize))); v {
+	case "", "ci":
+		return CI(), nil
+	case "full":
+		return Full(), nil
+	default:
+		return Config{}, fmt.Errorf("faultsuite: %s=%q: want ci or full", EnvSize, v)
+	}
+}
+
+// DeadLetterOdds is the expected number of messages whose every attempt is rejected by the injected rejections
+// alone (each attempt independently with RejectRate), which would dead-letter them: Messages × RejectRate^(retries+1).
+func (c Config) DeadLetterOdds() float64 {
+	p := 1.0
+	for range c.MaxRetryCount + 1 {
+		p *= c.RejectRate
+	}
+	return float64(c.Messages) * p
+}
+
+func (c *Config) validate() error {
+	switch {
+	case c.Messages <= 0 || c.Keys <= 0 || c.Messages%c.Keys != 0:
+		return fmt.Errorf("faultsuite: Messages (%d) must be a positive multiple of Keys (%d)", c.Messages, c.Keys)
+	case c.Producers <= 0 || c.Keys%c.Producers != 0:
+		return fmt.Errorf("faultsuite: Keys (%d) must be a multiple of Producers (%d)", c.Keys, c.Producers)
+	case c.Relays <= 0:
+		return fmt.Errorf("faultsuite: Relays must be positive, got %d", c.Relays)
+	case c.KillMin <= 0 || c.KillMax < c.KillMin:
+		return fmt.Errorf("faultsuite: kill interval %s-%s is invalid", c.KillMin, c.KillMax)
+	case c.ProduceFor <= 0 || c.DrainTimeout <= 0:
+		return fmt.Errorf("faultsuite: ProduceFor and DrainTimeout must be positive")
+	case c.RejectRate < 0 || c.RejectRate >= 1 || c.RedeliverRate < 0 || c.RedeliverRate >= 1:
+		return fmt.Errorf("faultsuite: RejectRate and RedeliverRate must be in [0, 1)")
+	case c.BrokerStopAt < 0 || c.BrokerStopAt >= 1:
+		return fmt.Errorf("faultsuite: BrokerStopAt must be in [0, 1)")
+	case len(c.ChildCommand) == 0:
+		return fmt.Errorf("faultsuite: ChildCommand is required (the test binary re-executed as a relay process)")
+	case c.DeadLetterOdds() > 1e-6:
+		return fmt.Errorf("faultsuite: MaxRetryCount %d is too low for RejectRate %g over %d messages: %.2g messages "+
+			"would be expected to use up their attempts", c.MaxRetryCount, c.RejectRate, c.Messages, c.DeadLetterOdds())
+	}
+	for _, f := range c.PostgresRestarts {
+		if f <= 0 || f >= 1 {
+			return fmt.Errorf("faultsuite: PostgresRestarts must be fractions in (0, 1), got %g", f)
+		}
+	}
+	if c.Seed == 0 {
+		c.Seed = rand.Uint64()
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	c.Logger = slog.New(quietInjected(c.Logger.Handler()))
+	if c.Progress == nil {
+		c.Progress = io.Discard
+	}
+	return nil
+}

@@ -1,0 +1,362 @@
+package faultsuite
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/stagehand-es/stagehand"
+	"github.com/stagehand-es/stagehand/aggregate"
+	"github.com/stagehand-es/stagehand/eventstore"
+	"github.com/stagehand-es/stagehand/internal/pgtest"
+	"github.com/stagehand-es/stagehand/outbox"
+	"github.com/stagehand-es/stagehand/staging"
+)
+
+const (
+	schema = "faults"
+	tenant = "faults"
+)
+
+// Run runs the suite once: it starts its own PostgreSQL cluster and NATS server, produces cfg.Messages messages
+// while injecting the faults, waits until everything is handled, and returns what it measured. It stops and
+// removes everything it started before returning, whatever happened. The error is about the run itself (a
+// component that could not start, a relay process that exited by itself, a drain that did not finish); the
+// report's Check says whether the guarantees held.
+func Run(ctx context.Context, cfg Config) (*Report, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	rep := &Report{Config: cfg}
+	began := time.Now()
+	log := cfg.Logger
+	step := func(format string, args ...any) {
+		fmt.Fprintf(cfg.Progress, "[%6.1fs] %s\n", time.Since(began).Seconds(), fmt.Sprintf(format, args...))
+	}
+
+	// 1. A PostgreSQL cluster of our own (so it can be restarted) and an embedded NATS JetStream server.
+	step("starting a throwaway PostgreSQL cluster and an embedded NATS JetStream server (seed %d)", cfg.Seed)
+	srv, err := pgtest.Start(ctx, pgtest.Options{})
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = srv.Stop() }()
+	pool, err := connect(ctx, srv.URL())
+	if err != nil {
+		return nil, err
+	}
+	defer pool.Close()
+	if _, err := stagehand.Migrate(ctx, pool, &stagehand.MigrateConfig{Schema: schema}); err != nil {
+		return nil, fmt.Errorf("faultsuite: migrate: %w", err)
+	}
+	effects := pgx.Identifier{schema, "fault_effects"}.Sanitize()
+	if _, err := pool.Exec(ctx, `CREATE TABLE `+effects+` (message_id text NOT NULL, partition_key text NOT NULL,
+		version bigint NOT NULL, handled_at timestamptz NOT NULL DEFAULT clock_timestamp())`); err != nil {
+		return nil, fmt.Errorf("faultsuite: effects table: %w", err)
+	}
+	brk, err := startBroker(log)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = brk.stop() }()
+	if err := brk.provision(ctx); err != nil {
+		return nil, err
+	}
+
+	// 2. The producing side: a repository staging with the Transactional strategy.
+	store, err := eventstore.NewPostgres(pool, &eventstore.PostgresConfig{Schema: schema, Logger: log})
+	if err != nil {
+		return nil, fmt.Errorf("faultsuite: event store: %w", err)
+	}
+	defer store.Close()
+	ob, err := outbox.New(pool, &outbox.Config{Schema: schema, Logger: log})
+	if err != nil {
+		return nil, fmt.Errorf("faultsuite: outbox: %w", err)
+	}
+	defer ob.Close()
+	reg, err := newRegistry()
+	if err != nil {
+		return nil, err
+	}
+	mapping, err := newMapping(reg)
+	if err != nil {
+		return nil, err
+	}
+	stager, err := staging.New(store, &staging.Config{Strategy: staging.Transactional, Outbox: ob, Mapping: mapping,
+		Logger: log})
+	if err != nil {
+		return nil, fmt.Errorf("faultsuite: stager: %w", err)
+	}
+	repo, err := aggregate.NewRepository[*Counter](store, reg, &aggregate.RepositoryConfig{Stager: stager,
+		Logger: log})
+	if err != nil {
+		return nil, fmt.Errorf("faultsuite: repository: %w", err)
+	}
+
+	// 3. The consumers (in this process) and the relay processes.
+	cons, err := startConsumers(ctx, pool, ob, effects, brk.URL(), cfg, log)
+	if err != nil {
+		return nil, err
+	}
+	defer cons.stop()
+	relays := newRelays(cfg, srv.URL(), schema, brk.URL(), log)
+	defer relays.stop()
+	step("starting %d relay processes", cfg.Relays)
+	if err := relays.start(ctx); err != nil {
+		return nil, err
+	}
+
+	// 4. The fault window: production, kills, PostgreSQL restarts and the broker outage, all at once.
+	step("producing %d messages over %d keys for at least %s; killing relays every %s-%s", cfg.Messages, cfg.Keys,
+		cfg.ProduceFor, cfg.KillMin, cfg.KillMax)
+	windowStart := time.Now()
+	prod := newProducers(cfg, repo, log)
+	prodDone := make(chan error, 1)
+	go func() { prodDone <- prod.run(stagehand.WithTenant(ctx, tenant), time.Minute) }()
+	faults := &faultLog{}
+	faultsDone := make(chan error, 1)
+	go func() { faultsDone <- injectFaults(ctx, cfg, windowStart, srv, brk, faults, step) }()
+	for prodDone != nil || faultsDone != nil {
+		select {
+		case err := <-prodDone:
+			if err != nil {
+				return rep, fmt.Errorf("faultsuite: producing: %w", err)
+			}
+			prodDone = nil
+			rep.ProduceTime = time.Since(windowStart)
+			step("produced: %d events in %d saves (%d saves retried)", prod.events.Load(), prod.saves.Load(),
+				prod.retries.Load())
+		case err := <-faultsDone:
+			if err != nil {
+				return rep, err
+			}
+			faultsDone = nil
+		case err := <-relays.failed:
+			return rep, err
+		case <-cons.done:
+			return rep, fmt.Errorf("faultsuite: the consumer router stopped: %w", cons.runErr)
+		}
+	}
+	relays.stopKilling()
+	rc := relays.snapshot()
+	lastFault := slices.MaxFunc([]time.Time{rc.lastKill, faults.lastEnd()}, time.Time.Compare)
+	rep.SaveRetries = prod.retries.Load()
+	step("faults over: %d kills, %d PostgreSQL restarts, broker down %.1fs; waiting for the drain", rc.kills,
+		len(faults.pgRestarts), faults.brokerDown.Seconds())
+
+	// 5. The drain: every message handled, nothing left in the outbox, nothing left for the broker to deliver.
+	drained, err := waitDrained(ctx, cfg, pool, ob, effects, brk.URL(), cons, relays)
+	if err != nil {
+		return rep, err
+	}
+	rep.DrainAfterLastFault = drained.Sub(lastFault)
+	step("drained %.1fs after the last fault; stopping the relays", rep.DrainAfterLastFault.Seconds())
+	// Nothing more is published once the relays are gone; then the consumer must settle once more, so a late copy
+	// would still reach the inbox (and the count of effects) before the check.
+	relays.stop()
+	if err := waitSettled(ctx, brk.URL(), 30*time.Second); err != nil {
+		return rep, err
+	}
+	cons.stop()
+
+	// 6. What happened.
+	step("checking: reading the event log, the broker's stream, the effects and the outbox")
+	rc = relays.snapshot()
+	rep.RelayStarts, rep.Kills, rep.KillsMidWork = rc.starts, rc.kills, rc.killsMidWork
+	rep.PostgresRestarts = len(faults.pgRestarts)
+	rep.PostgresDown = faults.pgRestarts
+	rep.BrokerStops, rep.BrokerOutage = faults.brokerStops, faults.brokerDown
+	rep.InjectedRejections, rep.UnexpectedRejections = rc.injectedRejections, rc.unexpected
+	rep.UnreachableDeliveries, rep.RelayDeadLetters, rep.RelaySamples = rc.unreachable, rc.deadLettered, rc.samples
+	rep.Deliveries = cons.counts.deliveries.Load()
+	rep.FirstHandlings = cons.counts.handled.Load()
+	rep.InboxSkipped = cons.counts.suppressed.Load()
+	rep.HandlerFailures = cons.counts.failed.Load()
+	rep.DroppedAcks = cons.counts.redelivered.Load()
+
+	p, err := readPlan(ctx, store)
+	if err != nil {
+		return rep, err
+	}
+	rep.CommittedEvents, rep.KeysWithEvents = p.events, len(p.keys)
+	for _, ids := range p.keys {
+		rep.MaxPerKey = max(rep.MaxPerKey, len(ids))
+	}
+	of, err := readOutbox(ctx, ob)
+	if err != nil {
+		return rep, err
+	}
+	rep.Staged, rep.OutboxPending, rep.OutboxDeadLetters = of.staged, of.pending, of.deadLetters
+	rep.InboxHandled, rep.InboxDeadLetters, rep.InboxFailing = of.inboxHandled, of.inboxDeadLetters, of.inboxFailing
+	bf, err := readBroker(ctx, brk.URL(), p)
+	if err != nil {
+		return rep, err
+	}
+	rep.BrokerStored, rep.BrokerUnique, rep.BrokerUnexpected, rep.BrokerMissing = bf.stored, bf.unique,
+		bf.unexpected, bf.missing
+	rep.OrderViolations, rep.OrderExamples, rep.KeysChecked = bf.orderViolations, bf.violations, bf.keysChecked
+	rep.VersionMismatches = bf.versionMismatch
+	ef, err := readEffects(ctx, pool, effects, p)
+	if err != nil {
+		return rep, err
+	}
+	rep.EffectRows, rep.UniqueHandled, rep.DuplicateEffects = ef.rows, ef.unique, ef.duplicates
+	rep.EffectsMissing, rep.EffectsUnexpected, rep.DuplicateExamples = ef.missing, ef.unexpected, ef.examples
+	rep.Total = time.Since(began)
+	step("done")
+	return rep, nil
+}
+
+func connect(ctx context.Context, url string) (*pgxpool.Pool, error) {
+	pc, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return nil, fmt.Errorf("faultsuite: database URL: %w", err)
+	}
+	pc.MaxConns = 48
+	pool, err := pgxpool.NewWithConfig(ctx, pc)
+	if err != nil {
+		return nil, fmt.Errorf("faultsuite: connect: %w", err)
+	}
+	return pool, nil
+}
+
+// faultLog records the faults injected by injectFaults.
+type faultLog struct {
+	pgRestarts  []time.Duration // how long each restart kept PostgreSQL away
+	pgLastEnd   time.Time
+	brokerStops int
+	brokerDown  time.Duration // from the server's shutdown to its readiness again
+	brokerEnd   time.Time
+}
+
+func (f *faultLog) lastEnd() time.Time {
+	if f.brokerEnd.After(f.pgLastEnd) {
+		return f.brokerEnd
+	}
+	return f.pgLastEnd
+}
+
+// injectFaults restarts PostgreSQL and stops the broker at their times in the window (fractions of ProduceFor
+// after start), one after the other.
+func injectFaults(ctx context.Context, cfg Config, start time.Time, srv *pgtest.Server, brk *broker, log *faultLog,
+	step func(string, ...any)) error {
+	type fault struct {
+		at     time.Duration
+		broker bool
+	}
+	var plan []fault
+	for _, f := range cfg.PostgresRestarts {
+		plan = append(plan, fault{at: time.Duration(f * float64(cfg.ProduceFor))})
+	}
+	if cfg.BrokerOutage > 0 {
+		plan = append(plan, fault{at: time.Duration(cfg.BrokerStopAt * float64(cfg.ProduceFor)), broker: true})
+	}
+	slices.SortFunc(plan, func(a, b fault) int { return int(a.at - b.at) })
+	for _, f := range plan {
+		if err := sleep(ctx, time.Until(start.Add(f.at))); err != nil {
+			return err
+		}
+		if f.broker {
+			step("stopping the broker for %s", cfg.BrokerOutage)
+			brk.shutdown()
+			down := time.Now()
+			if err := sleep(ctx, cfg.BrokerOutage); err != nil {
+				return err
+			}
+			if err := brk.start(); err != nil {
+				return err
+			}
+			log.brokerStops++
+			log.brokerEnd = time.Now()
+			log.brokerDown = log.brokerEnd.Sub(down)
+			step("broker back after %.1fs", log.brokerDown.Seconds())
+			continue
+		}
+		step("restarting PostgreSQL (pg_ctl restart -m fast)")
+		began := time.Now()
+		rctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+		err := srv.Restart(rctx)
+		cancel()
+		if err != nil {
+			return fmt.Errorf("faultsuite: restart PostgreSQL: %w", err)
+		}
+		log.pgLastEnd = time.Now()
+		log.pgRestarts = append(log.pgRestarts, log.pgLastEnd.Sub(began))
+		step("PostgreSQL back after %.1fs", log.pgLastEnd.Sub(began).Seconds())
+	}
+	return nil
+}
+
+// waitDrained waits until every planned message has an effect, the outbox holds nothing pending, and the broker
+// has nothing left to deliver; it returns when that was first seen.
+func waitDrained(ctx context.Context, cfg Config, pool *pgxpool.Pool, ob *outbox.Outbox, effects, natsURL string,
+	cons *consumers, relays *relays) (time.Time, error) {
+	deadline := time.NewTimer(cfg.DrainTimeout)
+	defer deadline.Stop()
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	state := "not checked yet"
+	for {
+		select {
+		case <-ctx.Done():
+			return time.Time{}, context.Cause(ctx)
+		case err := <-relays.failed:
+			return time.Time{}, err
+		case <-cons.done:
+			return time.Time{}, fmt.Errorf("faultsuite: the consumer router stopped: %w", cons.runErr)
+		case <-deadline.C:
+			return time.Time{}, fmt.Errorf("faultsuite: not drained %s after the last fault: %s", cfg.DrainTimeout,
+				state)
+		case <-tick.C:
+		}
+		if cons.counts.handled.Load() < int64(cfg.Messages) {
+			state = fmt.Sprintf("%d of %d messages handled by the consumers", cons.counts.handled.Load(),
+				cfg.Messages)
+			continue
+		}
+		now := time.Now()
+		var handled int64
+		if err := pool.QueryRow(ctx, `SELECT count(DISTINCT message_id) FROM `+effects).Scan(&handled); err != nil {
+			return time.Time{}, fmt.Errorf("faultsuite: count effects: %w", err)
+		}
+		st, err := ob.AllTenants().Stats(ctx)
+		if err != nil {
+			return time.Time{}, fmt.Errorf("faultsuite: outbox stats: %w", err)
+		}
+		settled, cstate, err := consumerSettled(ctx, natsURL)
+		if err != nil {
+			return time.Time{}, err
+		}
+		state = fmt.Sprintf("%d of %d messages with an effect, %d pending in the outbox, consumer: %s", handled,
+			cfg.Messages, st.Pending, cstate)
+		if handled >= int64(cfg.Messages) && st.Pending == 0 && settled {
+			return now, nil
+		}
+	}
+}
+
+// waitSettled waits until the durable consumer has nothing left to deliver or to have acknowledged.
+func waitSettled(ctx context.Context, natsURL string, within time.Duration) error {
+	deadline := time.Now().Add(within)
+	for {
+		settled, state, err := consumerSettled(ctx, natsURL)
+		if err != nil {
+			return err
+		}
+		if settled {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("faultsuite: the consumer did not settle within %s: %s", within, state)
+		}
+		if err := sleep(ctx, 100*time.Millisecond); err != nil {
+			return err
+		}
+	}
+}
