@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -160,44 +161,82 @@ func scanDeadLetter(r pgx.CollectableRow) (DeadLetter, error) {
 	return dl, err
 }
 
+// UnknownIDsError reports the requested message IDs an operation found no dead letter for in its scope: never
+// dead-lettered, already redriven or discarded, or another tenant's. The operation still acted on every other ID.
+// It matches ErrNotFound with errors.Is; use errors.As to read the IDs.
+type UnknownIDsError struct {
+	// Op is the operation: "redrive" or "discard".
+	Op string
+	// IDs are the unknown message IDs, sorted, each once.
+	IDs []string
+	// Requested is how many distinct IDs were asked for.
+	Requested int
+}
+
+func (e *UnknownIDsError) Error() string {
+	return fmt.Sprintf("outbox: %s: %d of %d message IDs have no dead letter in this scope: %s", e.Op, len(e.IDs),
+		e.Requested, strings.Join(e.IDs, ", "))
+}
+
+// Is makes errors.Is(err, ErrNotFound) true.
+func (e *UnknownIDsError) Is(target error) bool { return target == ErrNotFound }
+
 // Redrive moves the dead letters of the scope with the given message IDs (for every topic) back into the outbox,
 // due now with a fresh attempt count, and releases the messages their keys were holding (they follow the redriven
-// message, in order). It returns how many it moved; unknown IDs are ignored.
+// message, in order). It returns how many dead letters it moved (one per topic a message was dead-lettered on).
+//
+// IDs without a dead letter in the scope do not stop the others: they are moved, and the error is an
+// *UnknownIDsError (errors.Is(err, ErrNotFound)) naming the unknown IDs. Any other error means nothing moved.
 func (a *Admin) Redrive(ctx context.Context, ids ...string) (int, error) {
-	n, err := a.moveDead(ctx, a.o.q.redrive, ids, false)
-	if err != nil {
-		return 0, fmt.Errorf("outbox: redrive: %w", err)
-	}
-	if n > 0 {
-		a.o.Notify()
-	}
-	return n, nil
+	return a.move(ctx, "redrive", a.o.q.redrive, ids, false)
 }
 
 // Discard deletes dead letters of the scope for good and releases the keys they held. Their IDs stay in the sent
 // ledger (outcome "discarded") until cleanup, so re-staging them publishes nothing. It returns how many it
-// deleted.
+// deleted. Unknown IDs are reported as by Redrive: the known ones are discarded and the error is an
+// *UnknownIDsError naming the others.
 func (a *Admin) Discard(ctx context.Context, ids ...string) (int, error) {
-	n, err := a.moveDead(ctx, a.o.q.discard, ids, true)
+	return a.move(ctx, "discard", a.o.q.discard, ids, true)
+}
+
+// move runs moveDead and reports the requested IDs that matched no dead letter of the scope.
+func (a *Admin) move(ctx context.Context, op, query string, ids []string, release bool) (int, error) {
+	ids = slices.Compact(slices.Sorted(slices.Values(ids)))
+	n, moved, err := a.moveDead(ctx, query, ids, release)
 	if err != nil {
-		return 0, fmt.Errorf("outbox: discard: %w", err)
+		return 0, fmt.Errorf("outbox: %s: %w", op, err)
 	}
 	if n > 0 {
 		a.o.Notify()
 	}
+	var unknown []string
+	for _, id := range ids {
+		if _, ok := moved[id]; !ok {
+			unknown = append(unknown, id)
+		}
+	}
+	if len(unknown) > 0 {
+		return n, &UnknownIDsError{Op: op, IDs: unknown, Requested: len(ids)}
+	}
 	return n, nil
 }
 
-// moveDead runs a redrive or discard statement. A discarded dead letter that held its key releases it: the key's
-// first waiting message is promoted, under the key's counter lock so a message being parked by a concurrent
-// staging transaction is not missed. A redriven one keeps its place at the head of its key and needs none.
-func (a *Admin) moveDead(ctx context.Context, query string, ids []string, release bool) (int, error) {
+// moveDead runs a redrive or discard statement and returns how many dead letters it moved and their message IDs.
+// A discarded dead letter that held its key releases it: the key's first waiting message is promoted, under the
+// key's counter lock so a message being parked by a concurrent staging transaction is not missed. A redriven one
+// keeps its place at the head of its key and needs none.
+func (a *Admin) moveDead(ctx context.Context, query string, ids []string, release bool) (int, map[string]struct{},
+	error) {
 	if len(ids) == 0 {
-		return 0, nil
+		return 0, nil, nil
 	}
 	now := a.o.now()
-	n := 0
+	var (
+		n     int
+		moved map[string]struct{}
+	)
 	err := pgx.BeginFunc(ctx, a.o.pool, func(tx pgx.Tx) error {
+		n, moved = 0, make(map[string]struct{}, len(ids))
 		rows, err := tx.Query(ctx, query, ids, a.tenant, now)
 		if err != nil {
 			return err
@@ -213,6 +252,7 @@ func (a *Admin) moveDead(ctx context.Context, query string, ids []string, releas
 				return err
 			}
 			n++
+			moved[id] = struct{}{}
 			if holds {
 				keys = append(keys, key)
 			}
@@ -232,7 +272,10 @@ func (a *Admin) moveDead(ctx context.Context, query string, ids []string, releas
 		_, err = tx.Exec(ctx, a.o.q.promote, keys, now)
 		return err
 	})
-	return n, err
+	if err != nil {
+		return 0, nil, err
+	}
+	return n, moved, nil
 }
 
 // CleanupSent deletes sent-ledger entries of the scope recorded before olderThan ago, in batches of batchSize
@@ -256,6 +299,23 @@ func (a *Admin) CleanupSent(ctx context.Context, olderThan time.Duration, batchS
 			return total, nil
 		}
 	}
+}
+
+// LastPublished returns when the latest message of the scope published after the instant after was published, as
+// the sent ledger records it (by the clock of the relay that published it), or the zero time when none was.
+// Discarded dead letters do not count. A progress probe passes its previous answer, so only the newest ledger
+// entries are read (the ledger's sent_at index is a BRIN); the zero time reads the whole ledger once.
+func (a *Admin) LastPublished(ctx context.Context, after time.Time) (time.Time, error) {
+	var last *time.Time
+	q := `SELECT max(sent_at) FROM ` + pgx.Identifier{a.o.schema, "outbox_sent"}.Sanitize() + `
+		WHERE sent_at > $1 AND outcome = 'sent' AND ($2::text IS NULL OR tenant_id = $2)`
+	if err := a.o.pool.QueryRow(ctx, q, after, a.tenant).Scan(&last); err != nil {
+		return time.Time{}, fmt.Errorf("outbox: last published: %w", err)
+	}
+	if last == nil {
+		return time.Time{}, nil
+	}
+	return last.UTC(), nil
 }
 
 // Watermark is how far a component that re-stages messages from the event log has progressed.

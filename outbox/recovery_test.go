@@ -311,7 +311,7 @@ func TestStatisticsAndCleanup(t *testing.T) {
 	_, err = e.ob.Tenant("other").DeadLetter(ctx, "poison")
 	require.ErrorIs(t, err, outbox.ErrNotFound, "another tenant's dead letter is invisible")
 	n, err := e.ob.Tenant("other").Redrive(ctx, "poison")
-	require.NoError(t, err)
+	require.ErrorIs(t, err, outbox.ErrNotFound, "the ID is reported as unknown to that tenant")
 	require.Zero(t, n, "nor can it be redriven from another tenant")
 
 	// Watermark rule: with the lowest watermark at 20, entries at or above 20 stay whatever their age.

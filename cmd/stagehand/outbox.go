@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -297,22 +298,20 @@ per topic: the oldest is shown unless --topic picks one, and the others are name
 func oneLineText(s string) string { return strings.Join(strings.Fields(s), " ") }
 
 // checkDeadIDs returns an error naming the IDs that have no dead letter in the scope.
-func checkDeadIDs(ctx context.Context, admin *outbox.Admin, scope *tenantScope, ids []string, verb string) error {
-	var missing []string
-	for _, id := range ids {
-		dls, err := admin.DeadLetters(ctx, outbox.ListOptions{ID: id, Limit: 1})
-		if err != nil {
-			return err
-		}
-		if len(dls) == 0 {
-			missing = append(missing, id)
-		}
+// unknownIDs returns the IDs an *outbox.UnknownIDsError names, or err itself when it is another error.
+func unknownIDs(err error) ([]string, error) {
+	var u *outbox.UnknownIDsError
+	if errors.As(err, &u) {
+		return u.IDs, nil
 	}
-	if len(missing) > 0 {
-		return fmt.Errorf("no dead letter with ID %s (%s); nothing %s: %w", strings.Join(missing, ", "),
-			scope.label(), verb, outbox.ErrNotFound)
-	}
-	return nil
+	return nil, err
+}
+
+// unknownError is the failure of a redrive or discard that acted on the known IDs and found no dead letter for
+// the others.
+func unknownError(ids []string, scope *tenantScope, verb string) error {
+	return fmt.Errorf("no dead letter with ID %s (%s); the others were %s: %w", strings.Join(ids, ", "),
+		scope.label(), verb, outbox.ErrNotFound)
 }
 
 type moveJSON struct {
@@ -320,6 +319,8 @@ type moveJSON struct {
 	scopeJSON
 	IDs   []string `json:"ids"`
 	Count int      `json:"count"`
+	// Unknown are the requested IDs without a dead letter in the scope (the command then exits non-zero).
+	Unknown []string `json:"unknown"`
 }
 
 func (a *app) deadRedriveCommand() *cobra.Command {
@@ -332,9 +333,10 @@ func (a *app) deadRedriveCommand() *cobra.Command {
 		Use:   "redrive ID... | --all",
 		Short: "Move dead letters back into the outbox for delivery",
 		Long: `Move the dead letters with the given message IDs (for every topic they were staged for) back into the
-outbox, due now with a fresh attempt count; the messages their keys were holding follow them in order. Every ID
-must exist in the scope, or nothing is redriven. --all redrives every dead letter of the scope (of --topic when
-given; a message ID dead-lettered on several topics is redriven on all of them).`,
+outbox, due now with a fresh attempt count; the messages their keys were holding follow them in order. IDs
+without a dead letter in the scope are listed and make the command fail; the others are redriven. --all redrives
+every dead letter of the scope (of --topic when given; a message ID dead-lettered on several topics is redriven on
+all of them).`,
 		Example: `  stagehand outbox dead redrive order-41 order-42
   stagehand outbox dead redrive --all --topic orders --tenant acme`,
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -364,24 +366,31 @@ given; a message ID dead-lettered on several topics is redriven on all of them).
 					ids = append(ids, dl.ID)
 				}
 				ids = slices.Compact(slices.Sorted(slices.Values(ids)))
-			} else if err := checkDeadIDs(ctx, admin, &scope, ids, "redriven"); err != nil {
-				return a.dbError(err)
 			}
-			n := 0
+			n, unknown := 0, []string{}
 			for chunk := range slices.Chunk(ids, 500) {
 				m, err := admin.Redrive(ctx, chunk...)
 				n += m
+				u, err := unknownIDs(err)
 				if err != nil {
 					return fmt.Errorf("redrive (after %d moved): %w", n, a.dbError(err))
+				}
+				if !all { // with --all, an ID gone since the listing was redriven or discarded meanwhile
+					unknown = append(unknown, u...)
 				}
 			}
 			if ids == nil {
 				ids = []string{}
 			}
 			if a.json {
-				return a.writeJSON(moveJSON{a.schema, scope.json(), ids, n})
+				err = a.writeJSON(moveJSON{a.schema, scope.json(), ids, n, unknown})
+			} else {
+				err = a.printf("Redrove %d dead letter(s) into the outbox (%s).\n", n, scope.label())
 			}
-			return a.printf("Redrove %d dead letter(s) into the outbox (%s).\n", n, scope.label())
+			if err == nil && len(unknown) > 0 {
+				err = unknownError(unknown, &scope, "redriven")
+			}
+			return err
 		},
 	}
 	addTenantScope(c, &scope, "redrive")
@@ -397,7 +406,8 @@ func (a *app) deadDiscardCommand() *cobra.Command {
 		Short: "Delete dead letters for good and release the keys they held",
 		Long: `Delete the dead letters with the given message IDs (for every topic) without publishing them, and
 release the keys they held. Their IDs stay in the sent ledger (outcome "discarded") until cleanup, so staging them
-again publishes nothing. Every ID must exist in the scope, or nothing is discarded.`,
+again publishes nothing. IDs without a dead letter in the scope are listed and make the command fail; the others
+are discarded.`,
 		Example: `  stagehand outbox dead discard order-41
   stagehand outbox dead discard order-41 order-42 --tenant acme --json`,
 		Args: cobra.MinimumNArgs(1),
@@ -410,17 +420,23 @@ again publishes nothing. Every ID must exist in the scope, or nothing is discard
 			}
 			admin := scope.admin(o)
 			ids := slices.Compact(slices.Sorted(slices.Values(args)))
-			if err := checkDeadIDs(ctx, admin, &scope, ids, "discarded"); err != nil {
-				return a.dbError(err)
-			}
 			n, err := admin.Discard(ctx, ids...)
+			unknown, err := unknownIDs(err)
 			if err != nil {
 				return a.dbError(err)
 			}
-			if a.json {
-				return a.writeJSON(moveJSON{a.schema, scope.json(), ids, n})
+			if unknown == nil {
+				unknown = []string{}
 			}
-			return a.printf("Discarded %d dead letter(s) (%s).\n", n, scope.label())
+			if a.json {
+				err = a.writeJSON(moveJSON{a.schema, scope.json(), ids, n, unknown})
+			} else {
+				err = a.printf("Discarded %d dead letter(s) (%s).\n", n, scope.label())
+			}
+			if err == nil && len(unknown) > 0 {
+				err = unknownError(unknown, &scope, "discarded")
+			}
+			return err
 		},
 	}
 	addTenantScope(c, &scope, "discard")

@@ -142,8 +142,8 @@ func TestOutboxStatsListAndShow(t *testing.T) {
 		"acme")
 }
 
-// redrive puts dead letters back into the outbox (a relay then delivers them); discard deletes them; an unknown
-// ID changes nothing; --tenant confines both.
+// redrive puts dead letters back into the outbox (a relay then delivers them); discard deletes them; unknown IDs
+// (another tenant's with --tenant) are listed and fail the command while the known ones are acted on.
 func TestOutboxRedriveAndDiscard(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
@@ -164,18 +164,24 @@ func TestOutboxRedriveAndDiscard(t *testing.T) {
 		return out
 	}
 
-	e.fails(exitFailure, "no dead letter with ID nope", "outbox", "dead", "redrive", "a1", "nope")
-	e.fails(exitFailure, "nothing redriven", "outbox", "dead", "redrive", "b1", "--tenant", "acme")
-	e.fails(exitFailure, "nothing discarded", "outbox", "dead", "discard", "a2", "nope")
-	require.ElementsMatch(t, []string{"a1", "a2", "a3", "b1"}, deadIDs(), "a failed command changes nothing")
+	r := e.fails(exitFailure, "no dead letter with ID b1, nope (tenant acme); the others were redriven", "outbox",
+		"dead", "redrive", "b1", "nope", "--tenant", "acme")
+	require.Contains(t, r.stdout, "Redrove 0 dead letter(s) into the outbox (tenant acme).")
+	e.fails(exitFailure, "no dead letter with ID nope", "outbox", "dead", "discard", "nope")
+	require.ElementsMatch(t, []string{"a1", "a2", "a3", "b1"}, deadIDs(), "no known ID: nothing changed")
 
 	var moved struct {
-		Scope string   `json:"scope"`
-		IDs   []string `json:"ids"`
-		Count int      `json:"count"`
+		Scope   string   `json:"scope"`
+		IDs     []string `json:"ids"`
+		Count   int      `json:"count"`
+		Unknown []string `json:"unknown"`
 	}
-	e.json(&moved, "outbox", "dead", "redrive", "a1")
-	require.Equal(t, 1, moved.Count)
+	r = e.fails(exitFailure, "no dead letter with ID nope, zzz (all tenants (estate-wide))", "outbox", "dead", "redrive", "a1",
+		"zzz", "nope", "--json")
+	decodeOne(t, r.stdout, &moved)
+	require.Equal(t, 1, moved.Count, "the known ID is redriven")
+	require.Equal(t, []string{"a1", "nope", "zzz"}, moved.IDs)
+	require.Equal(t, []string{"nope", "zzz"}, moved.Unknown)
 	require.ElementsMatch(t, []string{"a2", "a3", "b1"}, deadIDs())
 	var st statsOut
 	e.json(&st, "outbox", "stats")
@@ -186,6 +192,7 @@ func TestOutboxRedriveAndDiscard(t *testing.T) {
 
 	e.json(&moved, "outbox", "dead", "discard", "a2")
 	require.Equal(t, 1, moved.Count)
+	require.Equal(t, []string{}, moved.Unknown)
 	_, err := o.AllTenants().DeadLetter(context.Background(), "a2")
 	require.ErrorIs(t, err, outbox.ErrNotFound, "discarded is gone from the dead letters")
 	require.Contains(t, e.ok("outbox", "dead", "discard", "a3"), "Discarded 1 dead letter(s)")
