@@ -1,0 +1,458 @@
+package health
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/stagehand-es/stagehand/outbox"
+	"github.com/stagehand-es/stagehand/projection"
+)
+
+// Status is a health verdict. Its order matters: a report is as bad as its worst component.
+type Status int
+
+const (
+	// Healthy: nothing needs attention.
+	Healthy Status = iota
+	// Degraded: working, but something needs attention (a slow or stalled component, failures above the degraded
+	// rate, dead letters). The HTTP handler still answers 200.
+	Degraded
+	// Unhealthy: a component is stalled past the unhealthy threshold, fails too often, or cannot be read. The HTTP
+	// handler answers 503.
+	Unhealthy
+)
+
+func (s Status) String() string {
+	switch s {
+	case Healthy:
+		return "healthy"
+	case Degraded:
+		return "degraded"
+	case Unhealthy:
+		return "unhealthy"
+	}
+	return "Status(" + strconv.Itoa(int(s)) + ")"
+}
+
+// MarshalText renders the status as "healthy", "degraded" or "unhealthy".
+func (s Status) MarshalText() ([]byte, error) { return []byte(s.String()), nil }
+
+// UnmarshalText parses what MarshalText renders.
+func (s *Status) UnmarshalText(b []byte) error {
+	for _, v := range []Status{Healthy, Degraded, Unhealthy} {
+		if string(b) == v.String() {
+			*s = v
+			return nil
+		}
+	}
+	return fmt.Errorf("health: unknown status %q", b)
+}
+
+// Duration is a time.Duration that JSON renders as seconds (a number), for monitoring tools.
+type Duration time.Duration
+
+// MarshalJSON renders the duration in seconds.
+func (d Duration) MarshalJSON() ([]byte, error) {
+	return strconv.AppendFloat(nil, time.Duration(d).Seconds(), 'f', -1, 64), nil
+}
+
+// UnmarshalJSON reads a number of seconds.
+func (d *Duration) UnmarshalJSON(b []byte) error {
+	var f float64
+	if err := json.Unmarshal(b, &f); err != nil {
+		return err
+	}
+	*d = Duration(f * float64(time.Second))
+	return nil
+}
+
+// Report is the result of one Check.
+type Report struct {
+	// Status is the worst status of the components.
+	Status Status `json:"status"`
+	// Reasons explain every status other than Healthy, one line each, prefixed with the component's name.
+	Reasons []string `json:"reasons"`
+	// CheckedAt is the checker's clock at the check.
+	CheckedAt time.Time `json:"checked_at"`
+	// Components are the parts checked, in a stable order: outbox, relay, projections, workers.
+	Components []Component `json:"components"`
+}
+
+// Component is the verdict on one part of the pipeline, with the figures it was based on. Exactly one of the
+// details is set.
+type Component struct {
+	// Name is "outbox", "relay", "projection:" + checkpoint name, or "worker:" + worker name.
+	Name    string   `json:"name"`
+	Status  Status   `json:"status"`
+	Reasons []string `json:"reasons,omitempty"`
+
+	Outbox   *OutboxDetails   `json:"outbox,omitempty"`
+	Relay    *RelayDetails    `json:"relay,omitempty"`
+	Follower *FollowerDetails `json:"follower,omitempty"`
+}
+
+// OutboxDetails are the outbox figures a check saw.
+type OutboxDetails struct {
+	// Pending, Scheduled, BackingOff, Parked, InFlight and DeadLettered are outbox.Stats'.
+	Pending      int64 `json:"pending"`
+	Scheduled    int64 `json:"scheduled"`
+	BackingOff   int64 `json:"backing_off"`
+	Parked       int64 `json:"parked"`
+	InFlight     int64 `json:"in_flight"`
+	DeadLettered int64 `json:"dead_lettered"`
+	// Ready counts pending messages a relay should be delivering now (neither backing off nor parked).
+	Ready int64 `json:"ready"`
+	// OldestPendingAge is how long the oldest pending message has been due.
+	OldestPendingAge Duration `json:"oldest_pending_age_seconds"`
+	// LastPublishedAt is the latest publication seen in the sent ledger (by the publishing relay's clock); nil
+	// when none was seen.
+	LastPublishedAt *time.Time `json:"last_published_at,omitempty"`
+	// Inactive is how long ready messages have waited without any publication (0 while progressing or idle).
+	Inactive Duration `json:"inactive_seconds"`
+}
+
+// RelayDetails are the relay figures a check saw, from the hooks of Checker.RelayHooks.
+type RelayDetails struct {
+	// Window is how far back Deliveries and Failures count.
+	Window Duration `json:"window_seconds"`
+	// Deliveries counts deliveries answered within the window; Failures those rejected or refused by an
+	// unreachable broker.
+	Deliveries int64 `json:"deliveries"`
+	Failures   int64 `json:"failures"`
+	// FailureRate is Failures / Deliveries in percent (0 without deliveries).
+	FailureRate float64 `json:"failure_rate_percent"`
+	// LastDeliveryAt is when the latest delivery was answered (checker clock); nil when none was.
+	LastDeliveryAt *time.Time `json:"last_delivery_at,omitempty"`
+	// LastError is the error of the latest failed delivery; ClaimError that of the latest claim when it failed.
+	LastError  string `json:"last_error,omitempty"`
+	ClaimError string `json:"claim_error,omitempty"`
+}
+
+// FollowerDetails are the figures of a log follower (a projection checkpoint or a staging worker).
+type FollowerDetails struct {
+	// State is the projection's state ("running", "stopped", "failed"); empty for workers.
+	State string `json:"state,omitempty"`
+	// Position is the checkpoint, Head the head of the log, Lag the positions still ahead.
+	Position int64 `json:"position"`
+	Head     int64 `json:"head"`
+	Lag      int64 `json:"lag"`
+	// TimeLag is how long the oldest event ahead has been waiting.
+	TimeLag Duration `json:"time_lag_seconds"`
+	// LastError is the last handler error (projections only; kept after recovery) and FailingPosition the event
+	// being retried (0 when none).
+	LastError       string `json:"last_error,omitempty"`
+	FailingPosition int64  `json:"failing_position,omitempty"`
+	Parked          int    `json:"parked,omitempty"`
+	// Inactive is how long the follower has lagged without its position moving (0 while progressing or caught
+	// up).
+	Inactive Duration `json:"inactive_seconds"`
+}
+
+// Checker checks the health of an outbox, its relays, projections and staging workers. It detects stalls by
+// sampling progress: each Check compares the outbox's latest publication and every follower's position with the
+// previous check's, and a component that has work but has not moved for DegradedInactivity (UnhealthyInactivity)
+// of the checker's clock is Degraded (Unhealthy), even when nothing reports an error. Call Check regularly (an
+// HTTP probe every few seconds does, or Run): a stall is seen at the earliest the inactivity threshold after the
+// first check that saw the work.
+//
+// A Checker is safe for concurrent use; checks run one at a time. It starts no goroutine of its own.
+type Checker struct {
+	cfg   Config
+	rates *rateWindow
+
+	mu         sync.Mutex // serializes checks and guards what follows
+	outbox     progress
+	lastPub    time.Time // newest sent_at seen in the ledger
+	hookPubs   int64     // relay publications seen through the hooks at the previous check
+	followers  map[string]*progress
+	lastStatus Status
+	checked    bool
+}
+
+// progress tracks one component's work and movement between checks.
+type progress struct {
+	seen     bool
+	position int64
+	since    time.Time // the checker's clock when it last moved, or when its work appeared
+}
+
+// advance records a sample and returns how long the component has had work without moving.
+func (p *progress) advance(now time.Time, work, moved bool) time.Duration {
+	if !p.seen || !work || moved {
+		p.seen, p.since = true, now
+		return 0
+	}
+	return max(now.Sub(p.since), 0)
+}
+
+// New returns a Checker, or a *ConfigError naming the invalid field.
+func New(cfg *Config) (*Checker, error) {
+	c, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	return &Checker{cfg: c, rates: newRateWindow(c.FailureWindow), followers: map[string]*progress{}}, nil
+}
+
+// RelayHooks returns hooks for an outbox relay (outbox.RelayConfig.Hooks) that feed the checker's failure rate
+// and relay activity, then call next's hooks (nil ones are skipped). Several relays may share the checker: their
+// deliveries count together.
+func (c *Checker) RelayHooks(next outbox.Hooks) outbox.Hooks {
+	c.rates.hooked.Store(true)
+	h := next
+	h.Delivered = func(ctx context.Context, d outbox.Delivery, o outbox.Outcome, err error, took time.Duration) {
+		c.rates.delivered(c.cfg.Clock(), o, err)
+		if next.Delivered != nil {
+			next.Delivered(ctx, d, o, err, took)
+		}
+	}
+	h.Claimed = func(ctx context.Context, rows int, took time.Duration, err error) {
+		c.rates.claimed(err)
+		if next.Claimed != nil {
+			next.Claimed(ctx, rows, took, err)
+		}
+	}
+	return h
+}
+
+// Check checks every configured component and returns the report. It fails no call: a component that cannot be
+// read (the database is down, ctx ends) is Unhealthy, with the error as its reason.
+func (c *Checker) Check(ctx context.Context) Report {
+	ctx, cancel := context.WithTimeout(ctx, c.cfg.Timeout)
+	defer cancel()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	now := c.cfg.Clock()
+	r := Report{Status: Healthy, Reasons: []string{}, CheckedAt: now.UTC(), Components: []Component{}}
+	if c.cfg.Outbox != nil {
+		r.Components = append(r.Components, c.checkOutbox(ctx, now))
+	}
+	if c.rates.hooked.Load() {
+		r.Components = append(r.Components, c.checkRelay(now))
+	}
+	if c.cfg.Projections != nil {
+		r.Components = append(r.Components, c.checkProjections(ctx, now)...)
+	}
+	for _, w := range c.cfg.Workers {
+		r.Components = append(r.Components, c.checkWorker(ctx, now, w))
+	}
+	for _, comp := range r.Components {
+		r.Status = max(r.Status, comp.Status)
+		r.Reasons = append(r.Reasons, comp.Reasons...)
+	}
+	c.logChange(r)
+	return r
+}
+
+func (c *Checker) logChange(r Report) {
+	if c.checked && r.Status == c.lastStatus {
+		return
+	}
+	first := !c.checked
+	c.checked, c.lastStatus = true, r.Status
+	switch {
+	case r.Status != Healthy:
+		c.cfg.Logger.Warn("health: "+r.Status.String(), "reasons", r.Reasons)
+	case !first:
+		c.cfg.Logger.Info("health: healthy again")
+	}
+}
+
+// verdict collects a component's reasons and its worst status.
+type verdict struct {
+	status  Status
+	reasons []string
+	name    string
+}
+
+func (v *verdict) add(s Status, format string, args ...any) {
+	v.status = max(v.status, s)
+	v.reasons = append(v.reasons, v.name+": "+fmt.Sprintf(format, args...))
+}
+
+// inactive judges how long a component has had work without progress.
+func (c *Checker) inactive(v *verdict, d time.Duration, format string, args ...any) {
+	switch {
+	case d >= c.cfg.UnhealthyInactivity:
+		v.add(Unhealthy, format, args...)
+	case d >= c.cfg.DegradedInactivity:
+		v.add(Degraded, format, args...)
+	}
+}
+
+func (c *Checker) checkOutbox(ctx context.Context, now time.Time) Component {
+	v := verdict{name: "outbox"}
+	st, err := c.cfg.Outbox.Stats(ctx)
+	if err != nil {
+		v.add(Unhealthy, "cannot read the outbox: %v", err)
+		return Component{Name: v.name, Status: v.status, Reasons: v.reasons}
+	}
+	last, err := c.cfg.Outbox.LastPublished(ctx, c.lastPub)
+	if err != nil {
+		v.add(Unhealthy, "cannot read the sent ledger: %v", err)
+		return Component{Name: v.name, Status: v.status, Reasons: v.reasons}
+	}
+	moved := false
+	if last.After(c.lastPub) {
+		moved = !c.lastPub.IsZero() || c.outbox.seen
+		c.lastPub = last
+	}
+	if pubs := c.rates.published.Load(); pubs != c.hookPubs {
+		c.hookPubs, moved = pubs, true
+	}
+	ready := max(st.Pending-st.BackingOff-st.Parked, 0)
+	d := OutboxDetails{Pending: st.Pending, Scheduled: st.Scheduled, BackingOff: st.BackingOff, Parked: st.Parked,
+		InFlight: st.InFlight, DeadLettered: st.DeadLettered, Ready: ready,
+		OldestPendingAge: Duration(st.OldestPendingAge)}
+	if !c.lastPub.IsZero() {
+		t := c.lastPub
+		d.LastPublishedAt = &t
+	}
+	idle := c.outbox.advance(now, ready > 0, moved)
+	d.Inactive = Duration(idle)
+	c.inactive(&v, idle, "%d messages ready but none published for %s (oldest pending for %s)", ready,
+		idle.Round(time.Second), st.OldestPendingAge.Round(time.Second))
+	if c.cfg.DeadLetters > 0 && st.DeadLettered >= c.cfg.DeadLetters {
+		v.add(Degraded, "%d dead letters wait to be redriven or discarded", st.DeadLettered)
+	}
+	return Component{Name: v.name, Status: v.status, Reasons: v.reasons, Outbox: &d}
+}
+
+func (c *Checker) checkRelay(now time.Time) Component {
+	v := verdict{name: "relay"}
+	s := c.rates.snapshot(now)
+	d := RelayDetails{Window: Duration(c.cfg.FailureWindow), Deliveries: s.total, Failures: s.failures,
+		LastError: s.lastError, ClaimError: s.claimError}
+	if !s.lastDelivery.IsZero() {
+		t := s.lastDelivery.UTC()
+		d.LastDeliveryAt = &t
+	}
+	if s.total > 0 {
+		d.FailureRate = 100 * float64(s.failures) / float64(s.total)
+	}
+	if s.total >= int64(max(c.cfg.MinDeliveries, 1)) {
+		switch {
+		case d.FailureRate >= c.cfg.UnhealthyFailureRate:
+			v.add(Unhealthy, "%.1f%% of %d deliveries failed in the last %s (unhealthy at %v%%): %s",
+				d.FailureRate, s.total, c.cfg.FailureWindow, c.cfg.UnhealthyFailureRate, s.lastError)
+		case d.FailureRate >= c.cfg.DegradedFailureRate:
+			v.add(Degraded, "%.1f%% of %d deliveries failed in the last %s (degraded at %v%%): %s",
+				d.FailureRate, s.total, c.cfg.FailureWindow, c.cfg.DegradedFailureRate, s.lastError)
+		}
+	}
+	if s.claimError != "" {
+		v.add(Degraded, "the last claim failed: %s", s.claimError)
+	}
+	return Component{Name: v.name, Status: v.status, Reasons: v.reasons, Relay: &d}
+}
+
+func (c *Checker) follower(key string) *progress {
+	p := c.followers[key]
+	if p == nil {
+		p = &progress{}
+		c.followers[key] = p
+	}
+	return p
+}
+
+// followed samples a follower's position and returns how long it has lagged without moving.
+func (c *Checker) followed(key string, now time.Time, position, lag int64) time.Duration {
+	p := c.follower(key)
+	moved := p.seen && p.position != position
+	p.position = position
+	return p.advance(now, lag > 0, moved)
+}
+
+func (c *Checker) checkProjections(ctx context.Context, now time.Time) []Component {
+	sts, err := c.cfg.Projections(ctx)
+	if err != nil {
+		v := verdict{name: "projections"}
+		v.add(Unhealthy, "cannot read the projections' status: %v", err)
+		return []Component{{Name: v.name, Status: v.status, Reasons: v.reasons}}
+	}
+	out := make([]Component, 0, len(sts))
+	for _, s := range sts {
+		v := verdict{name: "projection:" + s.Checkpoint}
+		idle := c.followed(v.name, now, s.Position, s.Lag)
+		d := FollowerDetails{State: string(s.State), Position: s.Position, Head: s.Head, Lag: s.Lag,
+			TimeLag: Duration(s.TimeLag), LastError: s.LastError, FailingPosition: s.FailingPosition,
+			Parked: s.Parked, Inactive: Duration(idle)}
+		if s.State == projection.Failed {
+			v.add(Unhealthy, "failed: %s", s.LastError)
+		}
+		c.inactive(&v, idle, "%s, %d positions behind (oldest waiting %s), position %d has not moved for %s",
+			s.State, s.Lag, s.TimeLag.Round(time.Second), s.Position, idle.Round(time.Second))
+		if s.FailingPosition > 0 {
+			v.add(Degraded, "retrying position %d (%d attempts): %s", s.FailingPosition, s.Attempts, s.LastError)
+		}
+		if c.cfg.DeadLetters > 0 && int64(s.Parked) >= c.cfg.DeadLetters {
+			v.add(Degraded, "%d parked events wait to be replayed", s.Parked)
+		}
+		out = append(out, Component{Name: v.name, Status: v.status, Reasons: v.reasons, Follower: &d})
+	}
+	return out
+}
+
+func (c *Checker) checkWorker(ctx context.Context, now time.Time, w Worker) Component {
+	v := verdict{name: "worker:" + w.Name()}
+	lag, err := w.Lag(ctx)
+	if err != nil {
+		v.add(Unhealthy, "cannot read its lag: %v", err)
+		return Component{Name: v.name, Status: v.status, Reasons: v.reasons}
+	}
+	idle := c.followed(v.name, now, lag.Position, lag.Events)
+	d := FollowerDetails{Position: lag.Position, Head: lag.Head, Lag: lag.Events, TimeLag: Duration(lag.Time),
+		Inactive: Duration(idle)}
+	c.inactive(&v, idle, "%d positions behind (oldest waiting %s), position %d has not moved for %s", lag.Events,
+		lag.Time.Round(time.Second), lag.Position, idle.Round(time.Second))
+	return Component{Name: v.name, Status: v.status, Reasons: v.reasons, Follower: &d}
+}
+
+// ServeHTTP answers a health probe: the report as JSON, with status 200 when Healthy or Degraded and 503 when
+// Unhealthy. Methods other than GET and HEAD get 405.
+func (c *Checker) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		w.Header().Set("Allow", "GET, HEAD")
+		http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
+		return
+	}
+	rep := c.Check(r.Context())
+	body, err := json.Marshal(rep)
+	if err != nil { // not expected: every field marshals
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	code := http.StatusOK
+	if rep.Status == Unhealthy {
+		code = http.StatusServiceUnavailable
+	}
+	w.WriteHeader(code)
+	if r.Method == http.MethodGet {
+		_, _ = w.Write(append(body, '\n'))
+	}
+}
+
+// Run checks every interval (a wall-clock ticker) until ctx ends, then returns nil, so progress is sampled and
+// status changes are logged even when no probe calls Check. It starts no goroutine.
+func (c *Checker) Run(ctx context.Context, interval time.Duration) error {
+	if interval <= 0 {
+		return &ConfigError{Field: "interval", Message: "the Run interval must be positive."}
+	}
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		c.Check(ctx)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+	}
+}
