@@ -11,6 +11,9 @@ import (
 	"os"
 	"strings"
 	"time"
+
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // RelayConfig holds a relay's processing settings. A nil *RelayConfig means Balanced(); a zero field means the
@@ -71,6 +74,60 @@ type RelayConfig struct {
 	Logger *slog.Logger
 	// Hooks observe the relay, for metrics and traces. Default: none.
 	Hooks Hooks
+
+	// LeaderElection names a lease (in the leases table stagehand.Migrate creates, shared with projections and
+	// stagers) that makes the relay single-active: only the holder claims, and every claim and every mark (sent,
+	// backoff, dead-letter move, release) carries the lease's fencing token, checked in the same statement, so a
+	// demoted leader's late writes are rejected (ErrFenced) and its rows are left to the new leader, which takes
+	// them over at once. With Partitions > 1 each partition has its own lease, named LeaderElection + "/" + the
+	// partition number, so several processes can share the partitions. Subscribe and Drain refuse to start
+	// (ErrCannotFence) when the database cannot fence. Default "": no election; relays share the outbox through
+	// row leases alone.
+	LeaderElection string
+	// LeaderTTL is how long the leader's lease lasts without renewal (renewed every third of it, contended every
+	// third of it up to 1s). A leader that dies is replaced after about LeaderTTL. Default 15s.
+	// Rule: at least 100ms, and only with LeaderElection.
+	LeaderTTL time.Duration
+	// SingleWriter declares that the operator guarantees exactly one relay drains this outbox: it runs unfenced,
+	// and says so in one warning at construction. Rule: not with LeaderElection.
+	SingleWriter bool
+
+	// Partitions splits the claim into this many independent loops, each with its own claims, backoff after an
+	// unreachable broker, error isolation and MaxDegreeOfParallelism workers. A message belongs to the partition
+	// of the hash of its partition key (of its ID when it has none) or of its tenant (PartitionBy). Default 1.
+	// Rule: 1 to 256. Every relay of one outbox must use the same Partitions and PartitionBy.
+	Partitions int
+	// PartitionBy chooses what a message's partition is hashed from. Default PartitionByKey.
+	PartitionBy PartitionBy
+
+	// TracerProvider creates the relay's spans (stagehand.relay.claim, stagehand.relay.publish). Default: the
+	// global provider (otel.GetTracerProvider), which records nothing until the application installs an SDK.
+	TracerProvider trace.TracerProvider
+	// MeterProvider creates the relay's metrics (messages published, failed and dead-lettered, claim duration,
+	// pending count and oldest pending age). Default: the global provider (otel.GetMeterProvider).
+	MeterProvider metric.MeterProvider
+}
+
+// PartitionBy is what RelayConfig.Partitions hashes a message on.
+type PartitionBy int
+
+const (
+	// PartitionByKey hashes the partition key (the message ID for unordered messages), so a key's messages stay in
+	// one partition.
+	PartitionByKey PartitionBy = iota
+	// PartitionByTenant hashes the tenant, so one tenant's messages (and a failing destination of its own) stay in
+	// one partition.
+	PartitionByTenant
+)
+
+func (p PartitionBy) String() string {
+	switch p {
+	case PartitionByKey:
+		return "key"
+	case PartitionByTenant:
+		return "tenant"
+	}
+	return fmt.Sprintf("PartitionBy(%d)", int(p))
 }
 
 // Hooks are optional callbacks observing a relay, the place metrics and traces plug in. They run synchronously on
@@ -168,6 +225,13 @@ type settings struct {
 	vacuumInterval   time.Duration
 	logger           *slog.Logger
 	hooks            Hooks
+	leader           string
+	leaderTTL        time.Duration
+	singleWriter     bool
+	partitions       int
+	partitionBy      PartitionBy
+	tracerProvider   trace.TracerProvider
+	meterProvider    metric.MeterProvider
 }
 
 func (c *RelayConfig) settings(defaultLogger *slog.Logger) (settings, error) {
@@ -181,6 +245,9 @@ func (c *RelayConfig) settings(defaultLogger *slog.Logger) (settings, error) {
 		releaseKey: c.ReleaseKeyOnDeadLetter, unavailable: c.IsBrokerUnavailable, brokerBackoff: c.BrokerBackoff,
 		maxBrokerBackoff: c.MaxBrokerBackoff, disableNotify: c.DisableNotify, vacuumInterval: c.VacuumInterval,
 		logger: c.Logger, maxRetryCount: 5, hooks: c.Hooks,
+		leader: c.LeaderElection, leaderTTL: c.LeaderTTL, singleWriter: c.SingleWriter,
+		partitions: c.Partitions, partitionBy: c.PartitionBy,
+		tracerProvider: c.TracerProvider, meterProvider: c.MeterProvider,
 	}
 	if c.MaxRetryCount != nil {
 		s.maxRetryCount = *c.MaxRetryCount
@@ -262,6 +329,29 @@ func (c *RelayConfig) settings(defaultLogger *slog.Logger) (settings, error) {
 		s.maxBrokerBackoff = max(30*time.Second, s.brokerBackoff)
 	case s.maxBrokerBackoff < s.brokerBackoff:
 		return bad("MaxBrokerBackoff", "MaxBrokerBackoff cannot be less than BrokerBackoff.")
+	}
+	if s.leader != "" && strings.TrimSpace(s.leader) == "" {
+		return bad("LeaderElection", "LeaderElection cannot be whitespace.")
+	}
+	switch {
+	case s.leaderTTL != 0 && s.leader == "":
+		return bad("LeaderTTL", "LeaderTTL needs LeaderElection.")
+	case s.leaderTTL == 0:
+		s.leaderTTL = 15 * time.Second
+	case s.leaderTTL < 100*time.Millisecond:
+		return bad("LeaderTTL", "LeaderTTL must be at least 100ms.")
+	}
+	if s.singleWriter && s.leader != "" {
+		return bad("SingleWriter", "SingleWriter cannot be combined with LeaderElection: an elected relay is fenced.")
+	}
+	switch {
+	case s.partitions == 0:
+		s.partitions = 1
+	case s.partitions < 1 || s.partitions > maxPartitions:
+		return bad("Partitions", fmt.Sprintf("Partitions must be between 1 and %d.", maxPartitions))
+	}
+	if s.partitionBy != PartitionByKey && s.partitionBy != PartitionByTenant {
+		return bad("PartitionBy", "PartitionBy must be PartitionByKey or PartitionByTenant.")
 	}
 	if s.vacuumInterval == 0 {
 		s.vacuumInterval = 10 * time.Second

@@ -15,6 +15,7 @@ import (
 	"github.com/sony/gobreaker"
 
 	"github.com/stagehand-es/stagehand/internal/pgnotify"
+	"github.com/stagehand-es/stagehand/internal/telemetry"
 )
 
 // delivery is one attempt to deliver a row. It travels in the delivered message's context so whoever handles the
@@ -69,6 +70,7 @@ func DestinationTopic(msg *message.Message) (string, bool) {
 // viaChannel hands the message to a subscriber's consumer and waits for its answer.
 func (d *delivery) viaChannel(ctx context.Context, out chan<- *message.Message, deadline time.Duration) outcome {
 	msg := d.row.watermillMessage()
+	telemetry.Inject(ctx, msg.Metadata) // the publish span's context, for the consumer
 	mctx, cancel := context.WithCancel(context.WithValue(ctx, deliveryKey{}, d))
 	defer cancel() // the message's context ends with its delivery
 	msg.SetContext(mctx)
@@ -99,6 +101,7 @@ func (d *delivery) viaChannel(ctx context.Context, out chan<- *message.Message, 
 // viaPublisher publishes the message itself (Drain).
 func (d *delivery) viaPublisher(ctx context.Context, pub message.Publisher) outcome {
 	msg := d.row.watermillMessage()
+	telemetry.Inject(ctx, msg.Metadata) // the publish span's context, for the consumer
 	mctx, cancel := context.WithCancel(context.WithValue(ctx, deliveryKey{}, d))
 	defer cancel()
 	msg.SetContext(mctx)

@@ -12,6 +12,8 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/stagehand-es/stagehand/internal/lease"
 )
 
 // Relay delivers staged messages. It is a Watermill message.Subscriber: Subscribe(ctx, topic) delivers the rows
@@ -29,23 +31,45 @@ import (
 // that fails holds back only the later messages of its own key; a dead-lettered one keeps holding them until it is
 // redriven or discarded (unless RelayConfig.ReleaseKeyOnDeadLetter).
 type Relay struct {
-	o *Outbox
-	s settings
+	o      *Outbox
+	s      settings
+	st     relayStatements
+	owner  string         // names this relay in the leader leases (and, with a suffix per term, in row leases)
+	leases *lease.Manager // nil without LeaderElection
+	tel    *relayTelemetry
+
+	fenceChecked atomic.Bool
 
 	mu     sync.Mutex
 	closed bool
-	subs   map[*subscription]struct{}
+	groups map[*group]struct{}
 	wg     sync.WaitGroup
 }
 
 // NewRelay returns a relay with the given processing settings (nil: Balanced()). Invalid settings return a
-// *ConfigError naming the field.
+// *ConfigError naming the field. With RelayConfig.SingleWriter it logs a warning that the relay runs unfenced.
 func (o *Outbox) NewRelay(cfg *RelayConfig) (*Relay, error) {
 	s, err := cfg.settings(o.logger)
 	if err != nil {
 		return nil, err
 	}
-	return &Relay{o: o, s: s, subs: map[*subscription]struct{}{}}, nil
+	r := &Relay{o: o, s: s, owner: newLeaseOwner(s.processorID), groups: map[*group]struct{}{}}
+	r.st = o.q.relay(s.leader != "", s.partitions > 1, s.partitionBy)
+	if s.leader != "" {
+		r.leases, err = lease.New(o.pool, &lease.Config{Schema: o.schema, Owner: r.owner, TTL: s.leaderTTL,
+			AcquireInterval: min(time.Second, s.leaderTTL/3), Logger: s.logger})
+		if err != nil {
+			return nil, &ConfigError{Field: "LeaderTTL", Message: err.Error()}
+		}
+	}
+	if s.singleWriter {
+		s.logger.Warn("stagehand: outbox relay runs unfenced (SingleWriter): the operator guarantees that it is "+
+			"the only relay draining this outbox", "processor_id", s.processorID, "schema", o.schema)
+	}
+	if r.tel, err = newRelayTelemetry(r); err != nil {
+		return nil, err
+	}
+	return r, nil
 }
 
 var _ message.Subscriber = (*Relay)(nil)
@@ -62,15 +86,15 @@ func (r *Relay) SubscribeTopics(ctx context.Context, topics ...string) (<-chan *
 	return out, err
 }
 
-func (r *Relay) subscribe(ctx context.Context, topics []string) (<-chan *message.Message, *subscription, error) {
+func (r *Relay) subscribe(ctx context.Context, topics []string) (<-chan *message.Message, *group, error) {
 	out := make(chan *message.Message)
-	sub, err := r.start(ctx, topics, func(ctx context.Context, d *delivery) outcome {
+	g, err := r.start(ctx, topics, func(ctx context.Context, d *delivery) outcome {
 		return d.viaChannel(ctx, out, r.s.ackDeadline)
 	}, func() { close(out) })
 	if err != nil {
 		return nil, nil, err
 	}
-	return out, sub, nil
+	return out, g, nil
 }
 
 // DrainResult counts what a Drain did.
@@ -90,19 +114,19 @@ type DrainResult struct {
 // broker turns out to be unreachable, or when ctx ends. It runs no background loop: call it from a timer trigger in
 // serverless environments (seed 003, "Manual Processing"). Processing settings apply as for Subscribe.
 func (r *Relay) Drain(ctx context.Context, pub message.Publisher) (DrainResult, error) {
-	sub, err := r.start(ctx, nil, func(ctx context.Context, d *delivery) outcome {
+	g, err := r.start(ctx, nil, func(ctx context.Context, d *delivery) outcome {
 		return d.viaPublisher(ctx, pub)
 	}, nil)
 	if err != nil {
 		return DrainResult{}, err
 	}
-	<-sub.done
-	sub.mu.Lock()
-	defer sub.mu.Unlock()
+	<-g.ended
+	g.mu.Lock()
+	defer g.mu.Unlock()
 	if err := ctx.Err(); err != nil {
-		return sub.result, err
+		return g.result, err
 	}
-	return sub.result, sub.drainErr
+	return g.result, g.drainErr
 }
 
 // Close stops every subscription: deliveries waiting for an ack are given up (their rows are released for a
@@ -110,53 +134,19 @@ func (r *Relay) Drain(ctx context.Context, pub message.Publisher) (DrainResult, 
 func (r *Relay) Close() error {
 	r.mu.Lock()
 	r.closed = true
-	subs := make([]*subscription, 0, len(r.subs))
-	for s := range r.subs {
-		subs = append(subs, s)
+	groups := make([]*group, 0, len(r.groups))
+	for g := range r.groups {
+		groups = append(groups, g)
 	}
 	r.mu.Unlock()
-	for _, s := range subs {
-		s.cancel()
+	for _, g := range groups {
+		g.cancel()
 	}
 	r.wg.Wait()
+	if r.tel != nil {
+		r.tel.close()
+	}
 	return nil
-}
-
-// start starts a subscription. Without onEnd it is a drain; onEnd runs when a subscription has ended, before
-// Close returns.
-func (r *Relay) start(ctx context.Context, topics []string, deliver func(context.Context, *delivery) outcome,
-	onEnd func()) (*subscription, error) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.closed {
-		return nil, ErrClosed
-	}
-	if len(topics) == 0 {
-		topics = nil
-	}
-	ctx, cancel := context.WithCancel(ctx)
-	s := &subscription{
-		r: r, s: &r.s, q: &r.o.q, topics: topics, owner: newLeaseOwner(r.s.processorID), drain: onEnd == nil,
-		ctx: ctx, cancel: cancel, deliver: deliver,
-		keys: map[string]*unit{}, held: map[int64]*row{},
-		work: make(chan struct{}, 1), room: make(chan struct{}, 1), wake: make(chan struct{}, 1),
-		ackKick: make(chan struct{}, 1), done: make(chan struct{}), ended: make(chan struct{}),
-		brokerBackoff: r.s.brokerBackoff,
-	}
-	r.subs[s] = struct{}{}
-	r.wg.Add(1)
-	go func() {
-		defer r.wg.Done()
-		s.run()
-		if onEnd != nil {
-			onEnd()
-		}
-		r.mu.Lock()
-		delete(r.subs, s)
-		r.mu.Unlock()
-		close(s.ended)
-	}()
-	return s, nil
 }
 
 // unit is what one worker delivers at a time: a single unordered row, or the claimed run of one partition key,
@@ -171,14 +161,23 @@ type outcome struct {
 	err  error
 }
 
-// subscription is one claim loop with its workers, acker and lease keeper.
+// subscription is one claim loop with its workers, acker and lease keeper: the loop of one partition (the only
+// one when the relay is not partitioned), for one leadership term when the relay is fenced.
 type subscription struct {
 	r      *Relay
 	s      *settings
 	q      *queries
+	st     *relayStatements
+	g      *group
 	topics []string
-	owner  string
+	owner  string // the row lease owner
 	drain  bool
+	listen <-chan struct{} // wake-up notifications (nil: poll only)
+
+	part   int          // partition number
+	lo, hi int32        // the partition's hash range (partitioned relays)
+	fence  *lease.Lease // the leader lease of this term; nil when unfenced
+	demote atomic.Pointer[fenceLoss]
 
 	ctx     context.Context
 	cancel  context.CancelFunc
@@ -215,12 +214,6 @@ func kick(ch chan struct{}) {
 
 func (s *subscription) run() {
 	defer close(s.done)
-	var listen <-chan struct{}
-	if !s.s.disableNotify && !s.drain {
-		wake, stop := listenFor(s.ctx, s.r.o, min(s.s.pollingInterval, time.Second), s.s.logger)
-		defer stop()
-		listen = wake
-	}
 	var workers, background sync.WaitGroup
 	for range s.s.parallelism {
 		workers.Add(1)
@@ -243,7 +236,7 @@ func (s *subscription) run() {
 		defer close(ackerDone)
 		s.acker(workersDone)
 	}()
-	s.claimer(listen)
+	s.claimer(s.listen)
 	s.cancel()
 	workers.Wait()
 	background.Wait()
@@ -398,15 +391,22 @@ func (s *subscription) exec(ctx context.Context, b *pgx.Batch, read func(pgx.Bat
 }
 
 func (s *subscription) claim(limit int) (n int, err error) {
-	if h := s.s.hooks.Claimed; h != nil {
-		start := time.Now()
-		defer func() { h(s.ctx, n, time.Since(start), err) }()
-	}
-	now := s.r.o.now()
-	b := &pgx.Batch{}
-	b.Queue(s.q.claim, now, limit, s.owner, now.Add(s.s.leaseDuration), s.topics, s.runLength()-1,
-		s.runHeads())
+	start := time.Now()
 	var claimed []*row
+	defer func() {
+		took := time.Since(start)
+		s.r.tel.claimed(s, start, took, claimed, err)
+		if h := s.s.hooks.Claimed; h != nil {
+			h(s.ctx, n, took, err)
+		}
+	}()
+	now := s.r.o.now()
+	args := []any{now, limit, s.owner, now.Add(s.s.leaseDuration), s.topics, s.runLength() - 1, s.runHeads()}
+	if s.st.partitioned {
+		args = append(args, s.lo, s.hi)
+	}
+	b := &pgx.Batch{}
+	b.Queue(s.st.claim, s.fenced(args...)...)
 	err = s.exec(s.ctx, b, func(res pgx.BatchResults) error {
 		rows, err := res.Query()
 		if err != nil {
@@ -582,7 +582,9 @@ func (s *subscription) deliverUnit(u *unit) {
 		}
 		d := &delivery{row: rw}
 		start := time.Now()
-		out := s.classify(s.deliver(s.ctx, d))
+		dctx, span := s.r.tel.startPublish(s.ctx, rw)
+		out := s.classify(s.deliver(dctx, d))
+		s.r.tel.published(dctx, span, rw, out)
 		if h := s.s.hooks.Delivered; h != nil {
 			h(s.ctx, rw.info(), out.kind, out.err, time.Since(start))
 		}
@@ -664,12 +666,12 @@ func (s *subscription) rejected(rw *row, u *unit, cause error) bool {
 	// only a dead letter that releases its key promotes the next message.
 	b := &pgx.Batch{}
 	if dead {
-		b.Queue(s.q.deadLetter, rw.rid, s.owner, msg, !s.s.releaseKey, now)
+		b.Queue(s.st.deadLetter, s.fenced(rw.rid, s.owner, msg, !s.s.releaseKey, now)...)
 	} else {
-		b.Queue(s.q.fail, rw.rid, s.owner, msg, retryAt)
+		b.Queue(s.st.fail, s.fenced(rw.rid, s.owner, msg, retryAt)...)
 	}
 	if len(rest) > 0 {
-		b.Queue(s.q.release, rids(rest), s.owner, []int64{}, now) // they stay parked behind rw
+		b.Queue(s.st.release, s.fenced(rids(rest), s.owner, []int64{}, now)...) // they stay parked behind rw
 	}
 	promote := goOn && rw.ordered() && s.finished(u)
 	if promote {
@@ -677,24 +679,37 @@ func (s *subscription) rejected(rw *row, u *unit, cause error) bool {
 		b.Queue(s.q.promote, []string{rw.partitionKey}, now)
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(s.ctx), 30*time.Second)
+	var moved int64
 	err := s.exec(ctx, b, func(res pgx.BatchResults) error {
+		tag, err := res.Exec() // the move or the backoff
+		if err != nil {
+			return err
+		}
+		moved = tag.RowsAffected()
 		if !promote {
 			return nil
 		}
-		if _, err := res.Exec(); err != nil { // the move (goOn: nothing was released)
-			return err
-		}
-		locked, err := lockedKeys(res)
+		locked, err := lockedKeys(res) // goOn: nothing was released
 		if err == nil {
 			s.promoteLaterExcept([]string{rw.partitionKey}, locked)
 		}
 		return err
 	})
+	if err == nil && moved == 0 {
+		op := "backoff"
+		if dead {
+			op = "dead-letter move"
+		}
+		err = s.checkFence(ctx, op)
+	}
 	cancel()
-	if err != nil {
+	switch {
+	case errors.Is(err, ErrFenced):
+		goOn = false // logged by checkFence; the new leader retries the message
+	case err != nil:
 		s.s.logger.Warn("stagehand: outbox could not record a failed delivery; the lease will lapse and the "+
 			"message will be retried", "message_id", rw.id, "error", err)
-	} else {
+	default:
 		s.s.logger.Debug("stagehand: outbox delivery rejected", "message_id", rw.id, "attempt", attempt,
 			"dead_lettered", dead, "error", cause)
 	}
@@ -704,6 +719,7 @@ func (s *subscription) rejected(rw *row, u *unit, cause error) bool {
 		s.result.DeadLettered++
 	}
 	s.mu.Unlock()
+	s.r.tel.failed(s.ctx, rw, dead && err == nil)
 	if h := s.s.hooks.DeadLettered; dead && err == nil && h != nil {
 		h(s.ctx, rw.info(), cause)
 	}
@@ -718,12 +734,21 @@ func (s *subscription) unreachable(rw *row, u *unit, cause error) {
 	s.resolved(append(rest, rw)...) // before the release commits; see rejected
 	b := &pgx.Batch{}
 	now := s.r.o.now()
-	b.Queue(s.q.unreachable, rw.rid, s.owner, truncateError(cause), now)
+	b.Queue(s.st.unreachable, s.fenced(rw.rid, s.owner, truncateError(cause), now)...)
 	if len(rest) > 0 {
-		b.Queue(s.q.release, rids(rest), s.owner, []int64{}, now) // they stay parked behind rw
+		b.Queue(s.st.release, s.fenced(rids(rest), s.owner, []int64{}, now)...) // they stay parked behind rw
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(s.ctx), 30*time.Second)
-	if err := s.exec(ctx, b, nil); err != nil {
+	var released int64
+	err := s.exec(ctx, b, func(res pgx.BatchResults) error {
+		tag, err := res.Exec()
+		released = tag.RowsAffected()
+		return err
+	})
+	if err == nil && released == 0 {
+		err = s.checkFence(ctx, "release")
+	}
+	if err != nil && !errors.Is(err, ErrFenced) {
 		s.s.logger.Warn("stagehand: outbox could not release a message", "message_id", rw.id, "error", err)
 	}
 	cancel()
@@ -769,7 +794,9 @@ func (s *subscription) acker(workersDone <-chan struct{}) {
 		s.mu.Unlock()
 		if len(batch) > 0 {
 			keys := orderedKeys(batch)
-			if err := s.mark(rids(batch), keys); err != nil {
+			if err := s.mark(rids(batch), keys); errors.Is(err, ErrFenced) {
+				// logged by checkFence; the rows stay for the new leader
+			} else if err != nil {
 				s.s.logger.Warn("stagehand: outbox could not mark messages sent; their leases will lapse and "+
 					"they will be published again", "count", len(batch), "error", err)
 			} else {
@@ -885,7 +912,7 @@ func (s *subscription) mark(batch []int64, keys []string) (err error) {
 	}
 	now := s.r.o.now()
 	b := &pgx.Batch{}
-	b.Queue(s.q.mark, batch, s.owner, now)
+	b.Queue(s.st.mark, s.fenced(batch, s.owner, now)...)
 	if len(keys) > 0 {
 		b.Queue(s.q.lockKeys, keys)
 		b.Queue(s.q.promote, keys, now)
@@ -903,6 +930,11 @@ func (s *subscription) mark(batch []int64, keys []string) (err error) {
 	})
 	if err != nil {
 		return fmt.Errorf("outbox: mark sent: %w", err)
+	}
+	if tag.RowsAffected() == 0 {
+		if err := s.checkFence(ctx, "mark sent"); err != nil {
+			return err
+		}
 	}
 	s.mu.Lock()
 	s.result.Published += len(batch)
@@ -958,8 +990,17 @@ func (s *subscription) keepLeases() {
 			continue
 		}
 		b := &pgx.Batch{}
-		b.Queue(s.q.extend, held, s.owner, s.r.o.now().Add(s.s.leaseDuration))
-		if err := s.exec(s.ctx, b, nil); err != nil && s.ctx.Err() == nil {
+		b.Queue(s.st.extend, s.fenced(held, s.owner, s.r.o.now().Add(s.s.leaseDuration))...)
+		var extended int64
+		err := s.exec(s.ctx, b, func(res pgx.BatchResults) error {
+			tag, err := res.Exec()
+			extended = tag.RowsAffected()
+			return err
+		})
+		if err == nil && extended == 0 {
+			err = s.checkFence(s.ctx, "lease renewal")
+		}
+		if err != nil && s.ctx.Err() == nil && !errors.Is(err, ErrFenced) {
 			s.s.logger.Warn("stagehand: outbox could not renew leases", "count", len(held), "error", err)
 		}
 	}
@@ -991,7 +1032,7 @@ func (s *subscription) releaseAll() {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	b := &pgx.Batch{}
-	b.Queue(s.q.release, held, s.owner, unpark, s.r.o.now())
+	b.Queue(s.st.release, s.fenced(held, s.owner, unpark, s.r.o.now())...)
 	if err := s.exec(ctx, b, nil); err != nil {
 		s.s.logger.Warn("stagehand: outbox could not release leases on close; they will lapse",
 			"count", len(held), "error", err)

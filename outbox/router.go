@@ -68,7 +68,7 @@ type topicSubscriber struct {
 
 	mu     sync.Mutex
 	closed bool
-	subs   []*subscription
+	subs   []*group
 }
 
 func (t *topicSubscriber) Subscribe(ctx context.Context, _ string) (<-chan *message.Message, error) {

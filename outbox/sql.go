@@ -1,14 +1,20 @@
 package outbox
 
 import (
+	"fmt"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/stagehand-es/stagehand/internal/lease"
 )
 
 // queries holds every statement of the package, qualified with the configured schema. The table layout and the
 // reasons for it are in internal/migrate/sql/010_outbox.sql and 011_inbox.sql.
 type queries struct {
+	schema      string
+	tableOutbox string // the outbox table, qualified
+
 	stageKeys, stage, stageRecheck                   string
 	relaySettings, stageSettings, stageRestore       string
 	claim, nextDue                                   string
@@ -39,6 +45,8 @@ func newQueries(schema string) queries {
 		"{inbox_dead}", t("inbox_dead_letters"),
 	)
 	q := queries{
+		schema:      schema,
+		tableOutbox: t("outbox"),
 		// Stage, first statement: lock (and advance) the counter of every ordered key, in sorted order. The lock is
 		// held until the staging transaction ends, so a later committer of the same key gets higher numbers:
 		// sequence order is staging-commit order.
@@ -128,14 +136,14 @@ RETURNING message_id`,
 		// even if a row were wrongly unparked. Rows are updated by ctid (a TID scan, no join); a row moved by a
 		// concurrent update is followed to its new version. Lease updates touch no indexed column (HOT).
 		claim: `
-WITH heads AS (
+WITH {fence,}heads AS (
     SELECT o.ctid, o.partition_key, o.seq, row_number() OVER (ORDER BY o.next_attempt_at) AS hn
     FROM (
         SELECT o.ctid, o.partition_key, o.seq, o.next_attempt_at
         FROM {outbox} o
         WHERE o.next_attempt_at <= $1 AND o.next_attempt_at < 'infinity'
-          AND (o.lease_expires_at IS NULL OR o.lease_expires_at <= $1)
-          AND ($5::text[] IS NULL OR o.topic = ANY($5))
+          AND (o.lease_expires_at IS NULL OR o.lease_expires_at <= $1{takeover})
+          AND ($5::text[] IS NULL OR o.topic = ANY($5)){partition}{fenced}
           AND (o.seq IS NULL OR (
               NOT EXISTS (SELECT 1 FROM {outbox} p WHERE p.partition_key = o.partition_key AND p.seq < o.seq)
               AND NOT EXISTS (SELECT 1 FROM {dead} d
@@ -174,8 +182,8 @@ WHERE next_attempt_at > $1 AND next_attempt_at < 'infinity' AND ($2::text[] IS N
 
 		// Mark: move published rows still leased by this relay into the ledger, in one statement.
 		mark: `
-WITH done AS (
-    DELETE FROM {outbox} WHERE id = ANY($1) AND lease_owner = $2
+WITH {fence,}done AS (
+    DELETE FROM {outbox} WHERE id = ANY($1) AND lease_owner = $2{fenced}
     RETURNING message_id, tenant_id, topic, message_type, source_position, attempts, created_at
 )
 INSERT INTO {sent} (message_id, tenant_id, topic, message_type, source_position, attempts, created_at, sent_at)
@@ -184,32 +192,32 @@ ON CONFLICT (message_id, topic) DO NOTHING`,
 
 		// Fail: count a rejected attempt and back the row off.
 		fail: `
-UPDATE {outbox} SET attempts = attempts + 1, last_error = $3, next_attempt_at = $4,
+{with fence}UPDATE {outbox} SET attempts = attempts + 1, last_error = $3, next_attempt_at = $4,
     lease_owner = NULL, lease_expires_at = NULL
-WHERE id = $1 AND lease_owner = $2`,
+WHERE id = $1 AND lease_owner = $2{fenced}`,
 
 		// Release: give rows back without counting an attempt (never delivered, relay closing). The rows in $3 are
 		// the first this relay released of their key: they are made due (they may still be parked, since the relay
 		// promotes a key's next message only when its run ends).
 		release: `
-UPDATE {outbox} SET lease_owner = NULL, lease_expires_at = NULL,
+{with fence}UPDATE {outbox} SET lease_owner = NULL, lease_expires_at = NULL,
     next_attempt_at = CASE WHEN id = ANY($3) AND next_attempt_at = 'infinity' THEN $4 ELSE next_attempt_at END
-WHERE id = ANY($1) AND lease_owner = $2`,
+WHERE id = ANY($1) AND lease_owner = $2{fenced}`,
 
 		// Unreachable: like release (of the first row of its key's run: made due), but remember why the row is still
 		// pending.
 		unreachable: `
-UPDATE {outbox} SET lease_owner = NULL, lease_expires_at = NULL, last_error = $3,
+{with fence}UPDATE {outbox} SET lease_owner = NULL, lease_expires_at = NULL, last_error = $3,
     next_attempt_at = CASE WHEN next_attempt_at = 'infinity' THEN $4 ELSE next_attempt_at END
-WHERE id = $1 AND lease_owner = $2`,
+WHERE id = $1 AND lease_owner = $2{fenced}`,
 
 		extend: `
-UPDATE {outbox} SET lease_expires_at = $3 WHERE id = ANY($1) AND lease_owner = $2`,
+{with fence}UPDATE {outbox} SET lease_expires_at = $3 WHERE id = ANY($1) AND lease_owner = $2{fenced}`,
 
 		// Dead letter: move the row, with its last error, in one statement.
 		deadLetter: `
-WITH gone AS (
-    DELETE FROM {outbox} WHERE id = $1 AND lease_owner = $2 RETURNING *
+WITH {fence,}gone AS (
+    DELETE FROM {outbox} WHERE id = $1 AND lease_owner = $2{fenced} RETURNING *
 )
 INSERT INTO {dead} (message_id, tenant_id, message_type, topic, payload, metadata, correlation_id, causation_id,
     partition_key, seq, source_position, scheduled_at, attempts, last_error, holds_key, created_at, dead_at)
@@ -388,4 +396,58 @@ DELETE FROM {inbox_dead} WHERE message_id = $1 AND handler = $2 AND ($3::text IS
 		*p = r.Replace(*p)
 	}
 	return q
+}
+
+// relayStatements are the relay's statements that claim or write rows, in one mode: fenced by a leader lease or
+// not, and claiming every due row or one partition's.
+type relayStatements struct {
+	claim, mark, fail, release, unreachable, extend, deadLetter string
+	fenced, partitioned                                         bool
+}
+
+// Partition hash expressions. They must match outbox_due_partition_idx (migration 024) exactly, or partitioned
+// claims lose the index condition.
+const (
+	keyHash    = `hashtext(CASE WHEN o.partition_key <> '' THEN o.partition_key ELSE o.message_id END)`
+	tenantHash = `hashtext(o.tenant_id)`
+)
+
+// relay returns the relay statements for a mode.
+//
+// Fenced, every statement carries lease.FenceCTE (its three arguments follow the statement's own) and writes
+// nothing unless the lease row still has the leader's owner and token, locking it FOR SHARE until the statement's
+// transaction ends, so no takeover commits in between. A fenced claim also takes over rows leased by an earlier
+// leadership term (lease owner other than this term's): a demoted leader can no longer mark them, so there is no
+// reason to wait for their row leases to lapse.
+//
+// Partitioned, the claim takes two more arguments, $8 and $9: the inclusive bounds of its partition's hash range.
+func (q *queries) relay(fenced bool, partitioned bool, by PartitionBy) relayStatements {
+	st := relayStatements{fenced: fenced, partitioned: partitioned}
+	build := func(tmpl string, ownArgs int, claim bool) string {
+		repl := []string{"{fence,}", "", "{with fence}", "", "{fenced}", "", "{takeover}", "", "{partition}", ""}
+		if claim && partitioned {
+			hash := keyHash
+			if by == PartitionByTenant {
+				hash = tenantHash
+			}
+			repl[9] = fmt.Sprintf("\n          AND %s BETWEEN $8::int4 AND $9::int4", hash)
+			ownArgs += 2
+		}
+		if fenced {
+			cte, _ := lease.FenceCTE(q.schema, lease.Lease{}, ownArgs+1)
+			repl[1], repl[3], repl[5] = cte+", ", "WITH "+cte+"\n", " AND EXISTS (SELECT 1 FROM fence)"
+			if claim {
+				repl[7] = " OR o.lease_owner <> $3"
+			}
+		}
+		return strings.NewReplacer(repl...).Replace(tmpl)
+	}
+	st.claim = build(q.claim, 7, true)
+	st.mark = build(q.mark, 3, false)
+	st.fail = build(q.fail, 4, false)
+	st.release = build(q.release, 4, false)
+	st.unreachable = build(q.unreachable, 4, false)
+	st.extend = build(q.extend, 3, false)
+	st.deadLetter = build(q.deadLetter, 5, false)
+	return st
 }

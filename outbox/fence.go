@@ -1,0 +1,143 @@
+package outbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/stagehand-es/stagehand/internal/lease"
+)
+
+// Errors of leader-elected (fenced) relays; see RelayConfig.LeaderElection.
+var (
+	// ErrFenced is matched by a *FencedError: a relay that lost its leadership tried to claim or mark rows.
+	ErrFenced = errors.New("outbox: fenced out")
+	// ErrCannotFence is matched by a *CannotFenceError: leader election is configured, but the database cannot
+	// fence the relay's writes, so the relay refuses to start rather than drain unfenced.
+	ErrCannotFence = errors.New("outbox: leader election configured but the relay cannot be fenced")
+	// ErrNotLeader is returned by Drain under leader election when another relay leads every partition.
+	ErrNotLeader = errors.New("outbox: another relay is the leader")
+)
+
+// FencedError reports a relay write rejected because the relay's leadership term is over: another relay took the
+// leader lease (a higher fencing token), or it was released. The rows it concerned stay in the outbox for the new
+// leader. It matches ErrFenced.
+type FencedError struct {
+	// Op is the rejected write: "mark sent", "backoff", "dead-letter move", "release" or "lease renewal".
+	Op string
+	// Lease is the leader lease's name; Token and Owner are this relay's, CurrentToken and CurrentOwner the
+	// lease's now (0 and "" when the lease row is gone).
+	Lease               string
+	Token, CurrentToken int64
+	Owner, CurrentOwner string
+}
+
+func (e *FencedError) Error() string {
+	return fmt.Sprintf("outbox: %s rejected: relay %q was demoted (leader lease %q has token %d, held by %q; the "+
+		"relay's token is %d)", e.Op, e.Owner, e.Lease, e.CurrentToken, e.CurrentOwner, e.Token)
+}
+
+// Is reports whether target is ErrFenced.
+func (e *FencedError) Is(target error) bool { return target == ErrFenced }
+
+// CannotFenceError names the reason a leader-elected relay cannot be fenced. It matches ErrCannotFence.
+type CannotFenceError struct {
+	// Lease is the leader lease name (RelayConfig.LeaderElection).
+	Lease string
+	// Reason says what is missing, and how to fix it.
+	Reason string
+}
+
+func (e *CannotFenceError) Error() string {
+	return fmt.Sprintf("outbox: leader election %q configured but the relay cannot be fenced: %s (run "+
+		"stagehand.Migrate and grant the privileges, or set RelayConfig.SingleWriter without LeaderElection if "+
+		"exactly one relay drains this outbox)", e.Lease, e.Reason)
+}
+
+// Is reports whether target is ErrCannotFence.
+func (e *CannotFenceError) Is(target error) bool { return target == ErrCannotFence }
+
+// fenceLoss is how a term learnt it was fenced out: the error reported to the caller, and the lease package's
+// error, which makes lease.Manager.Run contend again.
+type fenceLoss struct {
+	err      *FencedError
+	leaseErr error
+}
+
+// fenced returns args followed by the fence's arguments when the subscription is fenced.
+func (s *subscription) fenced(args ...any) []any {
+	if s.fence == nil {
+		return args
+	}
+	return append(args, s.fence.Name, s.fence.Owner, s.fence.Token)
+}
+
+// checkFence tells a fenced-out write from another reason for writing nothing: called when a fenced write matched
+// no row. When the term is over it logs once, ends the term (the relay stops claiming and gives back what it
+// holds; Run contends for the lease again) and returns a *FencedError.
+func (s *subscription) checkFence(ctx context.Context, op string) error {
+	if s.fence == nil {
+		return nil
+	}
+	if loss := s.demote.Load(); loss != nil {
+		e := *loss.err
+		e.Op = op
+		return &e
+	}
+	err := lease.CheckTx(ctx, s.r.o.pool, s.r.o.schema, *s.fence)
+	var fe *lease.FencedError
+	if !errors.As(err, &fe) {
+		return nil // still the leader (or the check itself failed): the rows were taken for another reason
+	}
+	loss := &fenceLoss{leaseErr: err, err: &FencedError{Op: op, Lease: fe.Name, Token: fe.Token,
+		CurrentToken: fe.Current, Owner: fe.Owner, CurrentOwner: fe.CurrentOwner}}
+	if s.demote.CompareAndSwap(nil, loss) {
+		s.s.logger.Warn("stagehand: outbox relay was demoted; its late write was rejected and the rows are left "+
+			"to the new leader", "error", loss.err, "partition", s.part)
+		s.cancel()
+	}
+	return s.checkFence(ctx, op)
+}
+
+// checkFenceable fails fast when leader election is configured but the database cannot fence the relay's writes:
+//   - the leases table is missing (stagehand.Migrate was not run on this schema);
+//   - the relay's role cannot lock its rows (FOR SHARE needs SELECT and UPDATE on the leases table);
+//   - the session is read-only (a hot standby, or default_transaction_read_only), where no lease can be taken.
+//
+// It runs once per relay, at the first Subscribe or Drain.
+func (r *Relay) checkFenceable(ctx context.Context) error {
+	if r.leases == nil || r.fenceChecked.Load() {
+		return nil
+	}
+	table := pgx.Identifier{r.o.schema, "leases"}.Sanitize()
+	var exists, canLock, readOnly bool
+	err := r.o.pool.QueryRow(ctx, `
+SELECT t IS NOT NULL,
+       t IS NOT NULL AND has_table_privilege(t, 'SELECT') AND has_table_privilege(t, 'UPDATE'),
+       pg_is_in_recovery() OR current_setting('transaction_read_only') = 'on'
+FROM (SELECT to_regclass($1) AS t) x`, table).Scan(&exists, &canLock, &readOnly)
+	if err != nil {
+		return fmt.Errorf("outbox: checking that the relay can be fenced: %w", err)
+	}
+	bad := func(reason string) error { return &CannotFenceError{Lease: r.s.leader, Reason: reason} }
+	switch {
+	case !exists:
+		return bad(fmt.Sprintf("the leases table %s does not exist", table))
+	case !canLock:
+		return bad(fmt.Sprintf("the current role lacks SELECT and UPDATE on %s, needed to lock the fence", table))
+	case readOnly:
+		return bad("the database session is read-only (a hot standby, or default_transaction_read_only)")
+	}
+	r.fenceChecked.Store(true)
+	return nil
+}
+
+// leaseName is the leader lease of partition p.
+func (r *Relay) leaseName(p int) string {
+	if r.s.partitions == 1 {
+		return r.s.leader
+	}
+	return fmt.Sprintf("%s/%d", r.s.leader, p)
+}

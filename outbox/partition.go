@@ -1,0 +1,238 @@
+package outbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"sync"
+	"time"
+
+	"github.com/stagehand-es/stagehand/internal/lease"
+)
+
+// maxPartitions bounds RelayConfig.Partitions: each partition is a claim loop with its own workers and
+// statements, so more loops than that cost more connections than they can win.
+const maxPartitions = 256
+
+// partitionRange returns the inclusive bounds of partition p of n in the 32-bit hash space: the space is cut into
+// n contiguous ranges, so a partition's claim is a range test on an index column (migration 024).
+func partitionRange(p, n int) (lo, hi int32) {
+	const span = int64(1) << 32
+	l := math.MinInt32 + span*int64(p)/int64(n)
+	h := math.MinInt32 + span*int64(p+1)/int64(n) - 1
+	return int32(l), int32(h)
+}
+
+// group is what one Subscribe or Drain runs: a claim loop per partition, each in leadership terms when the relay
+// is fenced. Results of drains add up here.
+type group struct {
+	r       *Relay
+	topics  []string
+	drain   bool
+	deliver func(context.Context, *delivery) outcome
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	ended  chan struct{} // closed when every loop has ended (and the subscription's channel is closed)
+
+	mu       sync.Mutex
+	result   DrainResult
+	drainErr error
+	notLed   int // drain: partitions another relay leads
+}
+
+// start checks that a fenced relay can be fenced, then starts a group. Without onEnd it is a drain; onEnd runs
+// when every loop has ended, before Close returns.
+func (r *Relay) start(ctx context.Context, topics []string, deliver func(context.Context, *delivery) outcome,
+	onEnd func()) (*group, error) {
+	if err := r.checkFenceable(ctx); err != nil {
+		return nil, err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed {
+		return nil, ErrClosed
+	}
+	if len(topics) == 0 {
+		topics = nil
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	g := &group{r: r, topics: topics, drain: onEnd == nil, deliver: deliver, ctx: ctx, cancel: cancel,
+		ended: make(chan struct{})}
+	r.groups[g] = struct{}{}
+	r.wg.Add(1)
+	go func() {
+		defer r.wg.Done()
+		g.run()
+		if onEnd != nil {
+			onEnd()
+		}
+		r.mu.Lock()
+		delete(r.groups, g)
+		r.mu.Unlock()
+		close(g.ended)
+	}()
+	return g, nil
+}
+
+// run runs a loop per partition until all have ended. A subscription shares one listening connection among its
+// partitions.
+func (g *group) run() {
+	defer g.cancel()
+	n := g.r.s.partitions
+	wakes := make([]chan struct{}, n)
+	for p := range wakes {
+		wakes[p] = make(chan struct{}, 1)
+	}
+	var loops sync.WaitGroup
+	if !g.r.s.disableNotify && !g.drain {
+		listen, stop := listenFor(g.ctx, g.r.o, min(g.r.s.pollingInterval, time.Second), g.r.s.logger)
+		loops.Add(1)
+		go func() {
+			defer loops.Done()
+			defer stop()
+			for {
+				select {
+				case <-listen:
+					for _, w := range wakes {
+						kick(w)
+					}
+				case <-g.ctx.Done():
+					return
+				}
+			}
+		}()
+	} else if !g.drain {
+		wakes = make([]chan struct{}, n) // nil channels: poll only
+	}
+	var parts sync.WaitGroup
+	for p := range n {
+		parts.Add(1)
+		go func() {
+			defer parts.Done()
+			g.runPartition(p, wakes[p])
+		}()
+	}
+	parts.Wait()
+	g.cancel()
+	loops.Wait()
+	if g.drain && g.r.leases != nil && g.notLed == n && g.drainErr == nil {
+		g.drainErr = fmt.Errorf("%w: every partition of %q is led by another relay", ErrNotLeader, g.r.s.leader)
+	}
+}
+
+// runPartition runs partition p's claim loop: once when the relay is not fenced, else in leadership terms, each
+// under the partition's lease, contending again whenever a term ends with the lease lost.
+func (g *group) runPartition(p int, wake chan struct{}) {
+	if g.r.leases == nil {
+		g.term(g.ctx, p, wake, nil)
+		return
+	}
+	name := g.r.leaseName(p)
+	if g.drain {
+		g.drainLed(p, name)
+		return
+	}
+	err := g.r.leases.Run(g.ctx, name, func(ctx context.Context, l lease.Lease) error {
+		g.r.s.logger.Info("stagehand: outbox relay leads", "lease", l.Name, "token", l.Token, "partition", p)
+		if loss := g.term(ctx, p, wake, &l); loss != nil {
+			return loss.leaseErr // matches lease.ErrLost: contend again
+		}
+		return ctx.Err()
+	})
+	if err != nil && g.ctx.Err() == nil {
+		g.r.s.logger.Error("stagehand: outbox relay stopped contending for leadership", "lease", name, "error", err)
+	}
+}
+
+// drainLed drains partition p under its lease, taken once: a partition another relay leads is left to it.
+func (g *group) drainLed(p int, name string) {
+	mgr := g.r.leases
+	l, ok, err := mgr.TryAcquire(g.ctx, name)
+	if err != nil || !ok {
+		g.mu.Lock()
+		if err != nil && g.drainErr == nil {
+			g.drainErr = fmt.Errorf("outbox: drain: %w", err)
+		} else if err == nil {
+			g.notLed++
+		}
+		g.mu.Unlock()
+		return
+	}
+	ctx, cancel := context.WithCancelCause(g.ctx)
+	defer cancel(nil)
+	renewed := make(chan struct{})
+	go func() {
+		defer close(renewed)
+		t := time.NewTicker(mgr.Config().RenewInterval)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			if nl, err := mgr.Renew(ctx, l); errors.Is(err, lease.ErrLost) {
+				cancel(err)
+				return
+			} else if err == nil {
+				l = nl
+			}
+		}
+	}()
+	term := l
+	loss := g.term(ctx, p, nil, &term)
+	cancel(nil)
+	<-renewed
+	if loss != nil || errors.Is(context.Cause(ctx), lease.ErrLost) {
+		return
+	}
+	rctx, rcancel := context.WithTimeout(context.WithoutCancel(g.ctx), 5*time.Second)
+	defer rcancel()
+	if err := mgr.Release(rctx, l); err != nil {
+		g.r.s.logger.Warn("stagehand: outbox could not release the leader lease after a drain; it expires by itself",
+			"lease", name, "error", err)
+	}
+}
+
+// term runs one claim loop of partition p until ctx ends (or a drain is done, or the term is fenced out), and
+// returns how it was fenced out, if it was.
+func (g *group) term(ctx context.Context, p int, wake chan struct{}, fence *lease.Lease) *fenceLoss {
+	r := g.r
+	ctx, cancel := context.WithCancel(ctx)
+	owner := newLeaseOwner(r.s.processorID)
+	if fence != nil {
+		owner = fmt.Sprintf("%s/%d#%d", r.owner, p, fence.Token) // one row-lease owner per term
+	}
+	s := &subscription{
+		r: r, s: &r.s, q: &r.o.q, st: &r.st, g: g, topics: g.topics, owner: owner, drain: g.drain, listen: wake,
+		part: p, fence: fence,
+		ctx: ctx, cancel: cancel, deliver: g.deliver,
+		keys: map[string]*unit{}, held: map[int64]*row{},
+		work: make(chan struct{}, 1), room: make(chan struct{}, 1), wake: make(chan struct{}, 1),
+		ackKick: make(chan struct{}, 1), done: make(chan struct{}), ended: make(chan struct{}),
+		brokerBackoff: r.s.brokerBackoff,
+	}
+	s.lo, s.hi = partitionRange(p, r.s.partitions)
+	s.run()
+	close(s.ended)
+	loss := s.demote.Load()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.result.Published += s.result.Published
+	g.result.Failed += s.result.Failed
+	g.result.DeadLettered += s.result.DeadLettered
+	g.result.Unreachable += s.result.Unreachable
+	if g.drainErr == nil {
+		switch {
+		case s.drainErr != nil:
+			g.drainErr = s.drainErr
+		case loss != nil && g.drain:
+			g.drainErr = loss.err
+		}
+	}
+	return loss
+}

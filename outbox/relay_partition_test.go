@@ -1,0 +1,190 @@
+package outbox_test
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/stretchr/testify/require"
+
+	"github.com/stagehand-es/stagehand"
+	"github.com/stagehand-es/stagehand/internal/pgtest"
+	"github.com/stagehand-es/stagehand/outbox"
+)
+
+// partitionOf computes the partition of a hashed value the way the relay does (a range of PostgreSQL's hashtext).
+func (e *env) partitionOf(value string, partitions int) int {
+	h := pgtest.Count(e.t, e.pool, `SELECT hashtext($1)`, value)
+	return int((h - math.MinInt32) * int64(partitions) >> 32)
+}
+
+// Partitioned by key, with several workers per partition and a destination rejecting 10% of publishes at random:
+// every message is published and the first publications of each key follow its staging order.
+func TestPartitionedRelayKeepsPerKeyOrder(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	want := stageKeyed(t, e, "orders", 2000, 40)
+	b := newBroker()
+	var mu sync.Mutex
+	rng := rand.New(rand.NewPCG(7, 7))
+	b.setFail(func(*message.Message) error {
+		mu.Lock()
+		defer mu.Unlock()
+		if rng.Float64() < 0.1 {
+			return errRejected
+		}
+		return nil
+	})
+	var claims atomic.Int64
+	r := e.relay(func(c *outbox.RelayConfig) {
+		c.Partitions = 4
+		c.MaxDegreeOfParallelism = 2
+		c.BatchSize = 50
+		c.MaxRetryCount = outbox.Retries(1000)
+		c.RetryDelay = 5 * time.Millisecond
+		c.MaxRetryDelay = 20 * time.Millisecond
+		c.Hooks.Claimed = func(_ context.Context, rows int, _ time.Duration, _ error) {
+			if rows > 0 {
+				claims.Add(1)
+			}
+		}
+	})
+	runRouter(t, r, b, nil)
+	pgtest.Eventually(t, 15*time.Second, func() bool { return b.distinct() == 2000 }, "not every message published")
+	got := firstOrder(b.snapshot())
+	for key, ids := range want {
+		require.Equal(t, ids, got[key], "first publications of %s out of staging order", key)
+	}
+	require.Equal(t, int64(0), e.count("outbox"))
+	// Four loops claiming separately: no claim can take rows of another partition, so there are at least as many
+	// claims as partitions with messages.
+	require.GreaterOrEqual(t, claims.Load(), int64(4))
+}
+
+// Partitioned by tenant: while one tenant's destination is unreachable, its partition backs off alone and the other
+// partitions deliver every message of theirs. Once the destination is back, its messages follow, no attempt counted.
+func TestPartitionWithAnUnreachableDestinationDoesNotStallTheOthers(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	const partitions = 4
+	bad := "tenant-bad"
+	badPart := e.partitionOf(bad, partitions)
+	var good []string
+	for i := 0; len(good) < 6; i++ {
+		tn := fmt.Sprintf("tenant-%d", i)
+		if e.partitionOf(tn, partitions) != badPart {
+			good = append(good, tn)
+		}
+	}
+	var batch []outbox.Message
+	for i := range 300 {
+		tn := good[i%len(good)]
+		batch = append(batch, outbox.Message{ID: fmt.Sprintf("g-%03d", i), Topic: "orders", Tenant: tn,
+			PartitionKey: tn})
+	}
+	for i := range 30 {
+		batch = append(batch, outbox.Message{ID: fmt.Sprintf("b-%03d", i), Topic: "orders", Tenant: bad,
+			PartitionKey: bad})
+	}
+	_, err := e.ob.Stage(context.Background(), batch...)
+	require.NoError(t, err)
+
+	var down atomic.Bool
+	down.Store(true)
+	var unreachable atomic.Int64
+	b := newBroker()
+	b.setFail(func(m *message.Message) error {
+		if m.Metadata.Get(stagehand.HeaderTenantID) == bad && down.Load() {
+			return fmt.Errorf("dial tcp 10.0.0.1:4222: %w", outbox.ErrBrokerUnavailable)
+		}
+		return nil
+	})
+	r := e.relay(func(c *outbox.RelayConfig) {
+		c.Partitions = partitions
+		c.PartitionBy = outbox.PartitionByTenant
+		c.BrokerBackoff = 500 * time.Millisecond // an unpartitioned relay would pause on every bad message
+		c.MaxBrokerBackoff = time.Second
+		c.Hooks.Delivered = func(_ context.Context, _ outbox.Delivery, o outbox.Outcome, _ error, _ time.Duration) {
+			if o == outbox.Unreachable {
+				unreachable.Add(1)
+			}
+		}
+	})
+	runRouter(t, r, b, nil)
+	pgtest.Eventually(t, 10*time.Second, func() bool { return b.distinct() == 300 },
+		"the healthy partitions did not deliver while one destination was unreachable")
+	require.True(t, down.Load())
+	require.Positive(t, unreachable.Load())
+	for _, p := range b.snapshot() {
+		require.NotEqual(t, bad, p.meta.Get(stagehand.HeaderTenantID))
+	}
+	require.Equal(t, int64(30), e.count("outbox", "attempts = 0"), "an unreachable broker counts no attempt")
+
+	down.Store(false)
+	pgtest.Eventually(t, 10*time.Second, func() bool { return b.distinct() == 330 },
+		"the recovered destination did not get its messages")
+}
+
+// Several processes share a partitioned, leader-elected outbox through one lease per partition: a partition is led
+// by one relay at a time, and when a relay stops, another takes its partitions over and delivers what they hold.
+func TestPartitionLeasesMoveToTheRemainingRelay(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	cfg := func(c *outbox.RelayConfig) {
+		c.LeaderElection = "orders-relay"
+		c.LeaderTTL = time.Second
+		c.Partitions = 3
+	}
+	b := newBroker()
+	first := setupOn(t, e.pool, e.schema, nil).relay(cfg)
+	stopFirst := runRouterStoppable(t, first, b)
+	pgtest.Eventually(t, 10*time.Second, func() bool {
+		return pgtest.Count(t, e.pool, `SELECT count(*) FROM `+pgtest.Q(e.schema, "leases")+
+			` WHERE name LIKE 'orders-relay/%' AND expires_at > now()`) == 3
+	}, "the partition leases were not taken")
+	second := setupOn(t, e.pool, e.schema, nil).relay(cfg)
+	runRouter(t, second, b, nil)
+	want := stageKeyed(t, e, "orders", 300, 30)
+	e.ob.Notify()
+	pgtest.Eventually(t, 10*time.Second, func() bool { return b.distinct() == 300 }, "not every message published")
+
+	stopFirst() // releases its leases: the second relay takes every partition over
+	more := stageKeyed(t, e, "later", 90, 9)
+	pgtest.Eventually(t, 10*time.Second, func() bool { return b.distinct() == 390 },
+		"the partitions of the stopped relay were not taken over")
+	got := firstOrder(b.snapshot())
+	for key, ids := range want {
+		require.Equal(t, append(ids, more[key]...), got[key])
+	}
+	require.Equal(t, int64(3), pgtest.Count(t, e.pool, `SELECT count(*) FROM `+pgtest.Q(e.schema, "leases")+
+		` WHERE name LIKE 'orders-relay/%' AND expires_at > now() AND token >= 2`))
+}
+
+// runRouterStoppable is runRouter with a function that stops the router and closes the relay early.
+func runRouterStoppable(t *testing.T, r *outbox.Relay, pub message.Publisher) func() {
+	t.Helper()
+	router, err := message.NewRouter(message.RouterConfig{CloseTimeout: 10 * time.Second}, nil)
+	require.NoError(t, err)
+	r.AddToRouter(router, pub, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- router.Run(ctx) }()
+	<-router.Running()
+	var once sync.Once
+	stop := func() {
+		once.Do(func() {
+			cancel()
+			_ = router.Close()
+			<-done
+			_ = r.Close()
+		})
+	}
+	t.Cleanup(stop)
+	return stop
+}
