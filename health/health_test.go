@@ -488,6 +488,53 @@ func TestDeadLettersDegrade(t *testing.T) {
 	require.Equal(t, health.Healthy, c.Check(ctx).Status)
 }
 
+// The failure rate of a real relay, fed by RelayHooks: 4 rejections in 40 deliveries (10 %) degrade it, 14 in 50
+// (28 %) make it Unhealthy. Rejected messages back off for an hour, so each counts once.
+func TestRelayFailureRate(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	ctx := context.Background()
+	c := newChecker(t, health.Config{Outbox: e.ob.AllTenants()})
+	r, err := e.ob.NewRelay(&outbox.RelayConfig{RetryDelay: time.Hour, Hooks: c.RelayHooks(outbox.Hooks{})})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = r.Close() })
+	e.stage(t, "ok", 36)
+	e.stage(t, "bad", 4)
+	res, err := r.Drain(ctx, rejectPrefix("bad"))
+	require.NoError(t, err)
+	require.Equal(t, outbox.DrainResult{Published: 36, Failed: 4}, res)
+	rep := c.Check(ctx)
+	require.Equal(t, health.Degraded, rep.Status, "%v", rep.Reasons)
+	rc := component(t, rep, "relay")
+	require.Equal(t, int64(40), rc.Relay.Deliveries)
+	require.InDelta(t, 10.0, rc.Relay.FailureRate, 1e-9)
+	require.Equal(t, health.Healthy, component(t, rep, "outbox").Status, "backing off is not a stall")
+
+	e.stage(t, "bad2", 10)
+	_, err = r.Drain(ctx, rejectPrefix("bad"))
+	require.NoError(t, err)
+	rep = c.Check(ctx)
+	require.Equal(t, health.Unhealthy, rep.Status, "%v", rep.Reasons)
+	require.Contains(t, rep.Reasons[0], "relay: 28.0% of 50 deliveries failed")
+}
+
+// rejectPrefix is a publisher that rejects the messages whose ID starts with its value.
+type rejectPrefix string
+
+func (p rejectPrefix) Publish(_ string, msgs ...*message.Message) error {
+	for _, m := range msgs {
+		if strings.HasPrefix(m.UUID, string(p)) {
+			return errors.New("rejected " + m.UUID)
+		}
+	}
+	return nil
+}
+
+func (rejectPrefix) Close() error { return nil }
+
+// A staging worker is a health.Worker.
+var _ health.Worker = (*staging.Worker)(nil)
+
 type rejecting struct{}
 
 func (rejecting) Publish(string, ...*message.Message) error { return errors.New("rejected") }
