@@ -3,6 +3,7 @@ package outbox
 import (
 	"context"
 	"errors"
+	"io"
 	"log/slog"
 	"net"
 	"slices"
@@ -125,14 +126,29 @@ func (d *delivery) failure(err error) outcome {
 var ErrBrokerUnavailable = errors.New("outbox: broker unavailable")
 
 // BrokerUnavailable is the default RelayConfig.IsBrokerUnavailable. It reports true for errors that mean the
-// message never reached a broker: ErrBrokerUnavailable, a refused, reset or unreachable connection, a failed or
-// timed-out dial (the deadline on connect), a failed name lookup, and an open circuit breaker (gobreaker's
-// ErrOpenState and ErrTooManyRequests, as returned by Watermill's CircuitBreaker middleware).
+// message did not reach a broker that could answer, without importing any broker client:
+//   - ErrBrokerUnavailable, wrapped anywhere in the chain (the way to classify an error of your own);
+//   - a refused, reset, aborted or unreachable connection, a broken pipe (syscall ECONNREFUSED, ECONNRESET,
+//     ECONNABORTED, EHOSTUNREACH, ENETUNREACH, EPIPE), a closed network connection (net.ErrClosed);
+//   - a failed or timed-out dial (*net.OpError with Op "dial"), a failed name lookup (*net.DNSError);
+//   - a connection that broke before the broker answered (io.ErrUnexpectedEOF);
+//   - a timeout: an error in the chain whose Timeout() reports true, context.DeadlineExceeded included (the
+//     broker did not answer in time: a deadline on connect, or a publish confirmation that never came);
+//   - an error in the chain whose Temporary() reports true (the client says "try again later");
+//   - an open circuit breaker (gobreaker's ErrOpenState and ErrTooManyRequests, as returned by Watermill's
+//     CircuitBreaker middleware).
+//
+// A broker's own errors for "cannot serve now" (NATS ErrNoServers or a JetStream 503, Kafka's leader elections,
+// AMQP's connection-closed) are not known here: add them with a RelayConfig.IsBrokerUnavailable that calls
+// BrokerUnavailable first, or wrap ErrBrokerUnavailable in a publisher middleware. A publish whose every attempt
+// times out is never dead-lettered under this classifier; supply one that returns false for timeouts if such a
+// message should use up its retries instead.
 func BrokerUnavailable(err error) bool {
 	if err == nil {
 		return false
 	}
-	if errors.Is(err, ErrBrokerUnavailable) {
+	if errors.Is(err, ErrBrokerUnavailable) || errors.Is(err, net.ErrClosed) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, context.DeadlineExceeded) {
 		return true
 	}
 	for _, errno := range []syscall.Errno{syscall.ECONNREFUSED, syscall.ECONNRESET, syscall.EHOSTUNREACH,
@@ -147,6 +163,14 @@ func BrokerUnavailable(err error) bool {
 	}
 	var dns *net.DNSError
 	if errors.As(err, &dns) {
+		return true
+	}
+	var timeout interface{ Timeout() bool }
+	if errors.As(err, &timeout) && timeout.Timeout() {
+		return true
+	}
+	var temporary interface{ Temporary() bool }
+	if errors.As(err, &temporary) && temporary.Temporary() {
 		return true
 	}
 	return errors.Is(err, gobreaker.ErrOpenState) || errors.Is(err, gobreaker.ErrTooManyRequests)

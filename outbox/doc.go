@@ -48,6 +48,24 @@
 // Watermill's Nack carries no error: a handler records why it failed with RecordError before nacking (AddToRouter
 // does it for the publish error), which is what the relay stores as the row's last error and classifies.
 //
+// # Several relays
+//
+// Relays share an outbox through row leases. RelayConfig.LeaderElection makes the relay single-active instead:
+// only the holder of that lease (in the leases table shared with projections and stagers) claims, and every claim
+// and every write to a claimed row carries the lease's fencing token in the same statement, so a demoted leader's
+// late mark is rejected (ErrFenced) and its rows are left to the new leader. Subscribe and Drain fail fast with
+// ErrCannotFence when the database cannot fence (no leases table, no privilege to lock it, a read-only session);
+// RelayConfig.SingleWriter is the explicit unfenced opt-out. RelayConfig.Partitions splits the claim into
+// independent loops by a hash of the partition key or the tenant, each with its own workers and backoff, and with
+// leader election a lease per partition.
+//
+// # Telemetry
+//
+// With RelayConfig.TracerProvider and MeterProvider (nil: the global OpenTelemetry providers), the relay traces
+// claims and publications in the trace carried by each message's metadata, injects the publish span's context
+// into the delivered message, and reports messages published, failed and dead-lettered, claim durations, and the
+// pending count and oldest pending age.
+//
 // # Operations
 //
 // Outbox.AllTenants and Outbox.Tenant give the statistics, dead letters (list, show, redrive, discard) and cleanup,

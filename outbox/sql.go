@@ -405,7 +405,7 @@ type relayStatements struct {
 	fenced, partitioned                                         bool
 }
 
-// Partition hash expressions. They must match outbox_due_partition_idx (migration 024) exactly, or partitioned
+// Partition hash expressions. They must match outbox_due_idx (migration 024) exactly, or partitioned
 // claims lose the index condition.
 const (
 	keyHash    = `hashtext(CASE WHEN o.partition_key <> '' THEN o.partition_key ELSE o.message_id END)`
