@@ -185,8 +185,9 @@ func (e *UnknownIDsError) Is(target error) bool { return target == ErrNotFound }
 // due now with a fresh attempt count, and releases the messages their keys were holding (they follow the redriven
 // message, in order). It returns how many dead letters it moved (one per topic a message was dead-lettered on).
 //
-// IDs without a dead letter in the scope do not stop the others: they are moved, and the error is an
-// *UnknownIDsError (errors.Is(err, ErrNotFound)) naming the unknown IDs. Any other error means nothing moved.
+// IDs without a dead letter in the scope do not stop the others: the known ones are moved all the same, and the
+// error is an *UnknownIDsError (errors.Is(err, ErrNotFound)) naming the unknown ones. Any other error means nothing
+// moved.
 func (a *Admin) Redrive(ctx context.Context, ids ...string) (int, error) {
 	return a.move(ctx, "redrive", a.o.q.redrive, ids, false)
 }
