@@ -144,7 +144,13 @@ func (b *broker) provision(ctx context.Context) error {
 		DeliverPolicy:  jetstream.DeliverAllPolicy,
 		AckPolicy:      jetstream.AckExplicitPolicy,
 		AckWait:        consumerAckWait,
-		MaxAckPending:  4096,
+		// At most this many deliveries unacknowledged at once. A message waits in the client for the ones before
+		// it, and its AckWait runs while it waits: with thousands pushed ahead of a consumer that handles tens a
+		// second (a loaded machine), every one of them outlived its AckWait and was delivered again, and the
+		// copies, skipped by the inbox one transaction each, took the consumer's time (measured: 4,000 of 4,096
+		// pending redelivered, handling down to ~40/s). A window of a few per subscription keeps the wait far
+		// below AckWait.
+		MaxAckPending: consumerMaxAckPending,
 	}); err != nil {
 		return fmt.Errorf("faultsuite: nats: consumer: %w", err)
 	}
@@ -154,6 +160,13 @@ func (b *broker) provision(ctx context.Context) error {
 // consumerAckWait is how long a delivered, unacknowledged message waits before JetStream delivers it again. Short,
 // so that deliveries whose acknowledgement was lost in the broker outage come back soon after it.
 const consumerAckWait = 5 * time.Second
+
+// consumerSubscriptions is the number of subscriptions (messages handled at once) of the consumers, and
+// consumerMaxAckPending the durable consumer's window: four waiting per subscription.
+const (
+	consumerSubscriptions = 16
+	consumerMaxAckPending = 4 * consumerSubscriptions
+)
 
 // newPublisher is a relay process's JetStream publisher. It connects in the background when the broker is down
 // at start (a relay restarted during the outage must still start) and reconnects forever.
@@ -213,7 +226,7 @@ func newSubscriber(url string, logger *slog.Logger) (*wmnats.Subscriber, error) 
 	sub, err := wmnats.NewSubscriber(wmnats.SubscriberConfig{
 		URL:              url,
 		QueueGroupPrefix: consumerGroup,
-		SubscribersCount: 8,
+		SubscribersCount: consumerSubscriptions,
 		AckWaitTimeout:   consumerAckWait,
 		CloseTimeout:     10 * time.Second,
 		NakDelay:         wmnats.NewStaticDelay(100 * time.Millisecond),

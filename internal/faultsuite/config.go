@@ -25,8 +25,9 @@ type Config struct {
 	// ProduceFor paces production so that it takes this long: the faults below happen while messages are being
 	// saved, relayed and handled. Production may take longer on a loaded machine, never shorter.
 	ProduceFor time.Duration
-	// Relays is the number of relay processes; each is killed with SIGKILL after a random time between KillMin and
-	// KillMax, and restarted, until production and every scheduled fault are over.
+	// Relays is the number of relay processes; each is killed with SIGKILL a random time between KillMin and
+	// KillMax after it reported ready (its router runs), and restarted at once, until production and every
+	// scheduled fault are over.
 	Relays           int
 	KillMin, KillMax time.Duration
 	// MinKills is the fewest kills the run must have made for its checks to mean anything.
@@ -46,8 +47,15 @@ type Config struct {
 	// MaxRetryCount is the relays' RelayConfig.MaxRetryCount. The chance that one message is rejected on every one of
 	// its MaxRetryCount+1 attempts is RejectRate^(MaxRetryCount+1); see DeadLetterOdds.
 	MaxRetryCount int
+	// ProduceTimeout bounds production: every planned message must be saved within this long of the window's
+	// start, or the run fails saying how far production got. Production is paced to take ProduceFor; on a loaded
+	// machine it takes longer. Default 3 × ProduceFor.
+	ProduceTimeout time.Duration
 	// DrainTimeout bounds the wait, after the last fault, for every message to be handled.
 	DrainTimeout time.Duration
+	// ProgressEvery is how often a progress line (events committed, messages handled, kills) is written while
+	// messages are produced and drained. Default 10s.
+	ProgressEvery time.Duration
 	// Seed seeds the random choices of the parent (kill times, key order); 0 picks one. Printed in the report.
 	Seed uint64
 	// ChildCommand re-executes the test binary as a relay process (for example os.Args[0], "-test.run=^$"); the
@@ -66,7 +74,8 @@ func CI() Config {
 		Name: "ci", Messages: 5000, Keys: 100, Producers: 4, ProduceFor: 12 * time.Second,
 		Relays: 3, KillMin: time.Second, KillMax: 3 * time.Second, MinKills: 3,
 		PostgresRestarts: []float64{0.3}, BrokerStopAt: 0.55, BrokerOutage: 3 * time.Second,
-		RejectRate: 0.05, RedeliverRate: 0.01, MaxRetryCount: 10, DrainTimeout: 90 * time.Second,
+		RejectRate: 0.05, RedeliverRate: 0.01, MaxRetryCount: 10, ProduceTimeout: 3 * time.Minute,
+		DrainTimeout: 90 * time.Second,
 	}
 }
 
@@ -77,7 +86,8 @@ func Full() Config {
 		Name: "full", Messages: 100_000, Keys: 1000, Producers: 8, ProduceFor: 60 * time.Second,
 		Relays: 3, KillMin: time.Second, KillMax: 3 * time.Second, MinKills: 30,
 		PostgresRestarts: []float64{0.25, 0.7}, BrokerStopAt: 0.4, BrokerOutage: 10 * time.Second,
-		RejectRate: 0.05, RedeliverRate: 0.01, MaxRetryCount: 10, DrainTimeout: 5 * time.Minute,
+		RejectRate: 0.05, RedeliverRate: 0.01, MaxRetryCount: 10, ProduceTimeout: 15 * time.Minute,
+		DrainTimeout: 10 * time.Minute,
 	}
 }
 
@@ -115,6 +125,11 @@ func (c *Config) validate() error {
 		return fmt.Errorf("faultsuite: kill interval %s-%s is invalid", c.KillMin, c.KillMax)
 	case c.ProduceFor <= 0 || c.DrainTimeout <= 0:
 		return fmt.Errorf("faultsuite: ProduceFor and DrainTimeout must be positive")
+	case c.ProduceTimeout != 0 && c.ProduceTimeout < c.ProduceFor:
+		return fmt.Errorf("faultsuite: ProduceTimeout (%s) must not be below ProduceFor (%s)", c.ProduceTimeout,
+			c.ProduceFor)
+	case c.ProgressEvery < 0:
+		return fmt.Errorf("faultsuite: ProgressEvery must not be negative")
 	case c.RejectRate < 0 || c.RejectRate >= 1 || c.RedeliverRate < 0 || c.RedeliverRate >= 1:
 		return fmt.Errorf("faultsuite: RejectRate and RedeliverRate must be in [0, 1)")
 	case c.BrokerStopAt < 0 || c.BrokerStopAt >= 1:
@@ -132,6 +147,12 @@ func (c *Config) validate() error {
 	}
 	if c.Seed == 0 {
 		c.Seed = rand.Uint64()
+	}
+	if c.ProduceTimeout == 0 {
+		c.ProduceTimeout = 3 * c.ProduceFor
+	}
+	if c.ProgressEvery == 0 {
+		c.ProgressEvery = 10 * time.Second
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)

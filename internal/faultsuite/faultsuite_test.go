@@ -40,7 +40,7 @@ func TestFaultSuite(t *testing.T) {
 	cfg.Logger = slog.New(slog.NewTextHandler(sink, &slog.HandlerOptions{Level: level}))
 	cfg.Progress = testWriter{t}
 
-	ctx, cancel := context.WithTimeout(context.Background(), cfg.ProduceFor+cfg.DrainTimeout+3*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), cfg.ProduceTimeout+cfg.DrainTimeout+3*time.Minute)
 	defer cancel()
 	rep, err := faultsuite.Run(ctx, cfg)
 	if rep != nil {

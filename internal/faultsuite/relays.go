@@ -47,8 +47,8 @@ type relayProcess struct {
 	stderr    *tailBuffer
 }
 
-// relays runs Config.Relays relay slots. Each slot runs a relay process, kills it with SIGKILL after a random
-// 1-3 s and starts a new one, until stopKilling; the process then running stays up until stop.
+// relays runs Config.Relays relay slots. Each slot runs a relay process, kills it with SIGKILL a random 1-3 s after
+// it reported ready and starts a new one, until stopKilling; the process then running stays up until stop.
 type relays struct {
 	cfg    Config
 	env    []string
@@ -128,15 +128,27 @@ func (r *relays) runSlot(ctx context.Context, slot string, firstReady chan<- str
 			r.failed <- err
 			return
 		}
-		if first {
-			go func() {
-				select {
-				case <-p.ready:
-					firstReady <- struct{}{}
-				case <-p.exited:
-				}
-			}()
-			first = false
+		// The kill is timed from the process's readiness: a process killed while it is still starting (a race
+		// binary on a loaded machine can take seconds) would test nothing, and the first process of each slot
+		// must get to relay for the run to start at all.
+		select {
+		case <-p.ready:
+			if first {
+				firstReady <- struct{}{}
+				first = false
+			}
+		case <-p.exited:
+			if !r.isStopped() {
+				r.failed <- fmt.Errorf("faultsuite: relay process %s exited by itself before it was ready (%v); "+
+					"its last output:\n%s", slot, p.waitErr, p.stderr.String())
+			}
+			return
+		case <-r.killing:
+			r.waitOut(slot, p)
+			return
+		case <-ctx.Done():
+			r.waitOut(slot, p)
+			return
 		}
 		killAt := time.NewTimer(r.randomKillDelay())
 		select {
@@ -158,13 +170,17 @@ func (r *relays) runSlot(ctx context.Context, slot string, firstReady chan<- str
 		case <-ctx.Done():
 			killAt.Stop()
 		}
-		// No more kills: this process relays until the run stops it.
-		<-p.exited
-		if !r.isStopped() {
-			r.failed <- fmt.Errorf("faultsuite: relay process %s exited by itself (%v); its last output:\n%s",
-				slot, p.waitErr, p.stderr.String())
-		}
+		r.waitOut(slot, p)
 		return
+	}
+}
+
+// waitOut lets p relay until the run stops it (no more kills); it exiting before then fails the run.
+func (r *relays) waitOut(slot string, p *relayProcess) {
+	<-p.exited
+	if !r.isStopped() {
+		r.failed <- fmt.Errorf("faultsuite: relay process %s exited by itself (%v); its last output:\n%s",
+			slot, p.waitErr, p.stderr.String())
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -118,15 +119,46 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	windowStart := time.Now()
 	prod := newProducers(cfg, repo, log)
 	prodDone := make(chan error, 1)
-	go func() { prodDone <- prod.run(stagehand.WithTenant(ctx, tenant), time.Minute) }()
+	pctx, pcancel := context.WithTimeoutCause(ctx, cfg.ProduceTimeout,
+		fmt.Errorf("faultsuite: production took longer than ProduceTimeout (%s)", cfg.ProduceTimeout))
+	defer pcancel()
+	go func() { prodDone <- prod.run(stagehand.WithTenant(pctx, tenant), time.Minute) }()
 	faults := &faultLog{}
 	faultsDone := make(chan error, 1)
 	go func() { faultsDone <- injectFaults(ctx, cfg, windowStart, srv, brk, faults, step) }()
+	// live fills the report with what is known so far, so a run that fails still reports how far it got.
+	live := func() {
+		rc := relays.snapshot()
+		rep.RelayStarts, rep.Kills, rep.KillsMidWork = rc.starts, rc.kills, rc.killsMidWork
+		rep.InjectedRejections, rep.UnexpectedRejections = rc.injectedRejections, rc.unexpected
+		rep.UnreachableDeliveries, rep.RelayDeadLetters, rep.RelaySamples = rc.unreachable, rc.deadLettered, rc.samples
+		f := faults.snapshot()
+		rep.PostgresRestarts, rep.PostgresDown = len(f.pgRestarts), f.pgRestarts
+		rep.BrokerStops, rep.BrokerOutage = f.brokerStops, f.brokerDown
+		rep.CommittedEvents, rep.SaveRetries = prod.events.Load(), prod.retries.Load()
+		rep.Deliveries = cons.counts.deliveries.Load()
+		rep.FirstHandlings = cons.counts.handled.Load()
+		rep.InboxSkipped = cons.counts.suppressed.Load()
+		rep.HandlerFailures = cons.counts.failed.Load()
+		rep.DroppedAcks = cons.counts.redelivered.Load()
+		rep.Total = time.Since(began)
+	}
+	progress := func(what string) {
+		rc := relays.snapshot()
+		step("%s: %d of %d events committed (%d saves, %d retried), %d messages handled (%d deliveries, %d skipped "+
+			"by the inbox), %d relay kills", what, prod.events.Load(), cfg.Messages, prod.saves.Load(),
+			prod.retries.Load(), cons.counts.handled.Load(), cons.counts.deliveries.Load(),
+			cons.counts.suppressed.Load(), rc.kills)
+	}
+	tick := time.NewTicker(cfg.ProgressEvery)
+	defer tick.Stop()
 	for prodDone != nil || faultsDone != nil {
 		select {
 		case err := <-prodDone:
 			if err != nil {
-				return rep, fmt.Errorf("faultsuite: producing: %w", err)
+				live()
+				return rep, fmt.Errorf("faultsuite: producing (%d of %d events committed in %s): %w",
+					prod.events.Load(), cfg.Messages, time.Since(windowStart).Round(time.Second), err)
 			}
 			prodDone = nil
 			rep.ProduceTime = time.Since(windowStart)
@@ -134,25 +166,34 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 				prod.retries.Load())
 		case err := <-faultsDone:
 			if err != nil {
+				live()
 				return rep, err
 			}
 			faultsDone = nil
 		case err := <-relays.failed:
+			live()
 			return rep, err
 		case <-cons.done:
+			live()
 			return rep, fmt.Errorf("faultsuite: the consumer router stopped: %w", cons.runErr)
+		case <-tick.C:
+			progress("producing")
 		}
 	}
 	relays.stopKilling()
 	rc := relays.snapshot()
 	lastFault := slices.MaxFunc([]time.Time{rc.lastKill, faults.lastEnd()}, time.Time.Compare)
 	rep.SaveRetries = prod.retries.Load()
+	fv := faults.snapshot()
 	step("faults over: %d kills, %d PostgreSQL restarts, broker down %.1fs; waiting for the drain", rc.kills,
-		len(faults.pgRestarts), faults.brokerDown.Seconds())
+		len(fv.pgRestarts), fv.brokerDown.Seconds())
 
 	// 5. The drain: every message handled, nothing left in the outbox, nothing left for the broker to deliver.
-	drained, err := waitDrained(ctx, cfg, pool, ob, effects, brk.URL(), cons, relays)
+	drained, err := waitDrained(ctx, cfg, pool, ob, effects, brk.URL(), cons, relays, func(state string) {
+		step("draining: %s", state)
+	})
 	if err != nil {
+		live()
 		return rep, err
 	}
 	rep.DrainAfterLastFault = drained.Sub(lastFault)
@@ -169,9 +210,8 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	step("checking: reading the event log, the broker's stream, the effects and the outbox")
 	rc = relays.snapshot()
 	rep.RelayStarts, rep.Kills, rep.KillsMidWork = rc.starts, rc.kills, rc.killsMidWork
-	rep.PostgresRestarts = len(faults.pgRestarts)
-	rep.PostgresDown = faults.pgRestarts
-	rep.BrokerStops, rep.BrokerOutage = faults.brokerStops, faults.brokerDown
+	rep.PostgresRestarts, rep.PostgresDown = len(fv.pgRestarts), fv.pgRestarts
+	rep.BrokerStops, rep.BrokerOutage = fv.brokerStops, fv.brokerDown
 	rep.InjectedRejections, rep.UnexpectedRejections = rc.injectedRejections, rc.unexpected
 	rep.UnreachableDeliveries, rep.RelayDeadLetters, rep.RelaySamples = rc.unreachable, rc.deadLettered, rc.samples
 	rep.Deliveries = cons.counts.deliveries.Load()
@@ -226,8 +266,9 @@ func connect(ctx context.Context, url string) (*pgxpool.Pool, error) {
 	return pool, nil
 }
 
-// faultLog records the faults injected by injectFaults.
+// faultLog records the faults injected by injectFaults. Read it through snapshot while injectFaults may run.
 type faultLog struct {
+	mu          sync.Mutex
 	pgRestarts  []time.Duration // how long each restart kept PostgreSQL away
 	pgLastEnd   time.Time
 	brokerStops int
@@ -235,7 +276,21 @@ type faultLog struct {
 	brokerEnd   time.Time
 }
 
+type faultView struct {
+	pgRestarts  []time.Duration
+	brokerStops int
+	brokerDown  time.Duration
+}
+
+func (f *faultLog) snapshot() faultView {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return faultView{pgRestarts: slices.Clone(f.pgRestarts), brokerStops: f.brokerStops, brokerDown: f.brokerDown}
+}
+
 func (f *faultLog) lastEnd() time.Time {
+	f.mu.Lock()
+	defer f.mu.Unlock()
 	if f.brokerEnd.After(f.pgLastEnd) {
 		return f.brokerEnd
 	}
@@ -272,10 +327,12 @@ func injectFaults(ctx context.Context, cfg Config, start time.Time, srv *pgtest.
 			if err := brk.start(); err != nil {
 				return err
 			}
+			log.mu.Lock()
 			log.brokerStops++
 			log.brokerEnd = time.Now()
 			log.brokerDown = log.brokerEnd.Sub(down)
-			step("broker back after %.1fs", log.brokerDown.Seconds())
+			log.mu.Unlock()
+			step("broker back after %.1fs", time.Since(down).Seconds())
 			continue
 		}
 		step("restarting PostgreSQL (pg_ctl restart -m fast)")
@@ -286,9 +343,11 @@ func injectFaults(ctx context.Context, cfg Config, start time.Time, srv *pgtest.
 		if err != nil {
 			return fmt.Errorf("faultsuite: restart PostgreSQL: %w", err)
 		}
+		log.mu.Lock()
 		log.pgLastEnd = time.Now()
 		log.pgRestarts = append(log.pgRestarts, log.pgLastEnd.Sub(began))
-		step("PostgreSQL back after %.1fs", log.pgLastEnd.Sub(began).Seconds())
+		log.mu.Unlock()
+		step("PostgreSQL back after %.1fs", time.Since(began).Seconds())
 	}
 	return nil
 }
@@ -296,13 +355,18 @@ func injectFaults(ctx context.Context, cfg Config, start time.Time, srv *pgtest.
 // waitDrained waits until every planned message has an effect, the outbox holds nothing pending, and the broker
 // has nothing left to deliver; it returns when that was first seen.
 func waitDrained(ctx context.Context, cfg Config, pool *pgxpool.Pool, ob *outbox.Outbox, effects, natsURL string,
-	cons *consumers, relays *relays) (time.Time, error) {
+	cons *consumers, relays *relays, progress func(state string)) (time.Time, error) {
 	deadline := time.NewTimer(cfg.DrainTimeout)
 	defer deadline.Stop()
 	tick := time.NewTicker(100 * time.Millisecond)
 	defer tick.Stop()
 	state := "not checked yet"
+	lastProgress := time.Now()
 	for {
+		if time.Since(lastProgress) >= cfg.ProgressEvery {
+			progress(state)
+			lastProgress = time.Now()
+		}
 		select {
 		case <-ctx.Done():
 			return time.Time{}, context.Cause(ctx)
