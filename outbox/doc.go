@@ -17,6 +17,10 @@
 // serialise every committing transaction. StageTx cannot see the caller's commit: call Outbox.Notify after it, or
 // let relays find the rows at their next poll.
 //
+// StageTx and Stage count the rows they insert in the counter stagehand.messages.staged (Config.MeterProvider), the
+// one place every staging path shares, and give a message without trace context in its metadata the one of the
+// span in ctx, so the relay and the consumer continue the caller's trace.
+//
 // # Relaying
 //
 // A Relay is a Watermill message.Subscriber: Subscribe(ctx, topic) delivers the rows staged for a topic, one
@@ -83,6 +87,12 @@
 // same transaction, never handed back to the router), and commits. A failure rolls everything back and the message
 // is redelivered; a message that cannot be decoded, or keeps failing, goes to the inbox dead letters instead of
 // blocking the subscription. Outbox at least once plus inbox at most once is effectively once.
+//
+// Every inbox-wrapped run is a stagehand.inbox.handle span (kind consumer; handler, message ID and type, tenant,
+// topic, and the outcome: handled, duplicate, failed or dead_lettered), the child of the trace context in the
+// message's metadata (the relay's publish span), and is counted in stagehand.inbox.messages by handler and outcome.
+// The handler's ctx carries the span: its own spans, and the messages it publishes, continue the trace.
+// InboxConfig.TracerProvider and MeterProvider inject the providers; by default the Outbox's, else the global ones.
 //
 // Tables are created by stagehand.Migrate (migrations 010 and 011), never by a constructor.
 package outbox

@@ -11,8 +11,11 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/ThreeDotsLabs/watermill/message/router/middleware"
 	"github.com/jackc/pgx/v5"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/stagehand-es/stagehand"
+	"github.com/stagehand-es/stagehand/internal/telemetry"
 )
 
 // DefaultInboxRetention is how long the inbox remembers a handled message by default: 7 days.
@@ -36,6 +39,12 @@ type InboxConfig struct {
 	TxOptions pgx.TxOptions
 	// Logger overrides the Outbox's logger.
 	Logger *slog.Logger
+	// TracerProvider creates the stagehand.inbox.handle span of every handler run. Default: the Outbox's
+	// Config.TracerProvider, else the global provider (otel.GetTracerProvider).
+	TracerProvider trace.TracerProvider
+	// MeterProvider creates the stagehand.inbox.messages counter. Default: the Outbox's Config.MeterProvider, else
+	// the global provider (otel.GetMeterProvider).
+	MeterProvider metric.MeterProvider
 }
 
 // Inbox makes Watermill handlers idempotent: each message is handled at most once per (message ID, handler name)
@@ -45,6 +54,7 @@ type Inbox struct {
 	maxAttempts int
 	txOptions   pgx.TxOptions
 	logger      *slog.Logger
+	tel         inboxInstruments
 }
 
 // NewInbox returns an Inbox on the outbox's database and schema.
@@ -62,7 +72,14 @@ func (o *Outbox) NewInbox(cfg *InboxConfig) (*Inbox, error) {
 	if c.Logger == nil {
 		c.Logger = o.logger
 	}
-	return &Inbox{o: o, maxAttempts: c.MaxAttempts, txOptions: c.TxOptions, logger: c.Logger}, nil
+	if c.TracerProvider == nil {
+		c.TracerProvider = o.tp
+	}
+	if c.MeterProvider == nil {
+		c.MeterProvider = o.mp
+	}
+	return &Inbox{o: o, maxAttempts: c.MaxAttempts, txOptions: c.TxOptions, logger: c.Logger,
+		tel: newInboxInstruments(c.TracerProvider, c.MeterProvider)}, nil
 }
 
 // HandlerFunc handles one message inside the inbox transaction tx. Write the handler's effects with tx and
@@ -93,6 +110,10 @@ func Permanent(err error) error {
 // transaction rolls back and the error is returned, so the router nacks and the message is redelivered; after
 // MaxAttempts failures (or at once for a Permanent error) the message goes to the inbox dead letters with its error
 // and is acknowledged. name must be stable: it is part of the key.
+//
+// Every run is traced as a stagehand.inbox.handle span, the child of the trace context in the message's metadata,
+// with its outcome (handled, duplicate, failed, dead_lettered); h's ctx carries it, so the handler's own spans and
+// the messages it publishes continue the trace.
 func (i *Inbox) Handler(name string, h HandlerFunc) message.NoPublishHandlerFunc {
 	return func(msg *message.Message) error {
 		return i.handle(name, msg, h)
@@ -161,49 +182,63 @@ func (i *Inbox) handle(name string, msg *message.Message, h HandlerFunc) error {
 	msgType := msg.Metadata.Get(stagehand.HeaderMessageType)
 	correlation := firstNonEmpty(msg.Metadata.Get(stagehand.HeaderCorrelationID),
 		middleware.MessageCorrelationID(msg), msg.UUID)
-	hctx := stagehand.WithTenant(ctx, tenant)
+	hctx, span := i.tel.startHandle(ctx, name, tenant, msgType, msg)
+	outcome := telemetry.OutcomeFailed
+	var cause error
+	defer func() { i.tel.endHandle(ctx, span, name, outcome, cause) }()
+	hctx = stagehand.WithTenant(hctx, tenant)
 	hctx = stagehand.WithCorrelationID(hctx, correlation)
 	hctx = stagehand.WithCausationID(hctx, msg.UUID)
 
-	staged, err := i.run(hctx, name, tenant, msgType, msg, h)
+	staged, duplicate, err := i.run(hctx, name, tenant, msgType, msg, h)
 	if err == nil {
+		outcome = telemetry.OutcomeHandled
+		if duplicate {
+			outcome = telemetry.OutcomeDuplicate
+		}
 		if staged > 0 {
 			i.o.Notify()
 		}
 		return nil
 	}
+	cause = err
 	if ctx.Err() != nil {
 		return err // shutting down: no attempt counted
 	}
-	return i.failed(ctx, name, tenant, msgType, msg, err)
+	if err := i.failed(ctx, name, tenant, msgType, msg, cause); err != nil {
+		return err
+	}
+	outcome = telemetry.OutcomeDeadLettered
+	return nil
 }
 
+// run runs h in the inbox transaction; duplicate reports a message handled before (h did not run).
 func (i *Inbox) run(ctx context.Context, name, tenant, msgType string, msg *message.Message, h HandlerFunc) (
-	staged int, err error) {
+	staged int, duplicate bool, err error) {
 	tx, err := i.o.pool.BeginTx(ctx, i.txOptions)
 	if err != nil {
-		return 0, fmt.Errorf("outbox: inbox begin: %w", err)
+		return 0, false, fmt.Errorf("outbox: inbox begin: %w", err)
 	}
 	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
 	tag, err := tx.Exec(ctx, i.o.q.inboxClaim, msg.UUID, name, tenant, msgType, i.o.now())
 	if err != nil {
-		return 0, fmt.Errorf("outbox: inbox record: %w", err)
+		return 0, false, fmt.Errorf("outbox: inbox record: %w", err)
 	}
 	if tag.RowsAffected() == 0 {
 		i.logger.Debug("stagehand: inbox skipped a duplicate", "handler", name, "message_id", msg.UUID)
-		return 0, nil
+		return 0, true, nil
 	}
 	out := i.o.Publisher(ctx, tx)
 	if err := callHandler(ctx, h, tx, out, msg); err != nil {
-		return 0, err
+		return 0, false, err
 	}
 	if _, err := tx.Exec(ctx, i.o.q.inboxClearAttempts, msg.UUID, name); err != nil {
-		return 0, fmt.Errorf("outbox: inbox clear attempts: %w", err)
+		return 0, false, fmt.Errorf("outbox: inbox clear attempts: %w", err)
 	}
 	if err := tx.Commit(ctx); err != nil {
-		return 0, fmt.Errorf("outbox: inbox commit: %w", err)
+		return 0, false, fmt.Errorf("outbox: inbox commit: %w", err)
 	}
-	return out.staged(), nil
+	return out.staged(), false, nil
 }
 
 func callHandler(ctx context.Context, h HandlerFunc, tx pgx.Tx, out *Publisher, msg *message.Message) (err error) {

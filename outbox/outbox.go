@@ -13,9 +13,12 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/stagehand-es/stagehand"
 	"github.com/stagehand-es/stagehand/internal/pgnotify"
+	"github.com/stagehand-es/stagehand/internal/telemetry"
 )
 
 // DB is the smallest database handle the outbox needs to stage messages and run its statements.
@@ -42,6 +45,12 @@ type Config struct {
 	// DisableNotify stops the writer from sending wake-up notifications after it commits; relays then rely on
 	// polling alone. Default false.
 	DisableNotify bool
+	// TracerProvider is the default tracer provider of the inboxes created from the Outbox (InboxConfig can
+	// override it). Default nil: the global provider (otel.GetTracerProvider).
+	TracerProvider trace.TracerProvider
+	// MeterProvider creates the stagehand.messages.staged counter, and is the default meter provider of the
+	// inboxes created from the Outbox. Default nil: the global provider (otel.GetMeterProvider).
+	MeterProvider metric.MeterProvider
 }
 
 // Outbox stages messages and gives access to relays, the inbox and the operations on the outbox tables.
@@ -55,6 +64,9 @@ type Outbox struct {
 	notifier     *pgnotify.Notifier
 	channel      string
 	q            queries
+	tp           trace.TracerProvider
+	mp           metric.MeterProvider
+	staged       metric.Int64Counter
 
 	closeOnce sync.Once
 }
@@ -91,6 +103,10 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Outbox, error) {
 		partitionKey: c.PartitionKey,
 		channel:      pgnotify.Channel(c.Schema, "outbox"),
 		q:            newQueries(c.Schema),
+		tp:           c.TracerProvider,
+		mp:           c.MeterProvider,
+		staged: telemetry.Int64Counter(telemetry.Meter(c.MeterProvider), telemetry.MetricMessagesStaged,
+			"Messages inserted into the outbox (a message whose ID is already known counts once).", "{message}"),
 	}
 	if !c.DisableNotify {
 		o.notifier = pgnotify.NewNotifier(pool, o.channel, c.Logger)

@@ -38,6 +38,10 @@ func (o *Outbox) Stage(ctx context.Context, msgs ...Message) (int, error) {
 // until db's transaction ends: another transaction staging the same key waits, so sequence order is
 // staging-commit order. Deduplication of an ID that a relay is moving to the sent ledger at that very moment relies
 // on READ COMMITTED isolation (the PostgreSQL default).
+//
+// A message without a trace context in its metadata takes the one of the span in ctx (traceparent, tracestate), so
+// the relay and the consumer continue the caller's trace. The rows inserted are counted
+// (stagehand.messages.staged) when StageTx returns, even if db's transaction rolls back later.
 func (o *Outbox) StageTx(ctx context.Context, db DB, msgs ...Message) (int, error) {
 	if len(msgs) == 0 {
 		return 0, nil
@@ -77,6 +81,7 @@ func (o *Outbox) StageTx(ctx context.Context, db DB, msgs ...Message) (int, erro
 	if err != nil {
 		return 0, fmt.Errorf("outbox: stage %d message(s): %w", len(msgs), err)
 	}
+	o.countStaged(ctx, inserted)
 	return inserted, nil
 }
 
@@ -115,6 +120,7 @@ func (o *Outbox) stageArgs(ctx context.Context, msgs []Message) (stageArgs, erro
 		keyCount  = make([]*int64, 0, n)
 		seen      = make(map[[2]string]struct{}, n)
 		perKey    = map[string]int64{}
+		traceCtx  = traceHeaders(ctx)
 	)
 	for i := range msgs {
 		m := &msgs[i]
@@ -128,7 +134,7 @@ func (o *Outbox) stageArgs(ctx context.Context, msgs []Message) (stageArgs, erro
 			continue
 		}
 		seen[[2]string{m.ID, m.Topic}] = struct{}{}
-		meta, err := encodeMetadata(m.Metadata)
+		meta, err := encodeMetadata(withTraceContext(m.Metadata, traceCtx))
 		if err != nil {
 			return stageArgs{}, invalidMessage("message %q: metadata: %v", m.ID, err)
 		}
@@ -197,8 +203,8 @@ func (o *Outbox) stageArgs(ctx context.Context, msgs []Message) (stageArgs, erro
 // after the commit (or let relays poll). Bound to a pool or connection, each Publish is its own transaction and
 // notifies relays after it.
 //
-// Tenant, correlation and causation come from the message's metadata, else from the message's context, else from
-// ctx. The partition key comes from Config.PartitionKey (by default the "partition-key" metadata value, else
+// Tenant, correlation, causation and the trace context come from the message's metadata, else from the message's
+// context, else from ctx. The partition key comes from Config.PartitionKey (by default the "partition-key" metadata value, else
 // "aggregate-id"); HeaderScheduledAt delays delivery. Close does nothing to db.
 func (o *Outbox) Publisher(ctx context.Context, db DB) *Publisher {
 	if ctx == nil {
@@ -234,6 +240,7 @@ func (p *Publisher) Publish(topic string, msgs ...*message.Message) error {
 		if err != nil {
 			return err
 		}
+		m.Metadata = withTraceContext(m.Metadata, traceHeaders(msg.Context())) // else StageTx takes p.ctx's
 		staged = append(staged, m)
 	}
 	n, err := p.o.StageTx(p.ctx, p.db, staged...)
