@@ -15,5 +15,15 @@
 // A repository takes an optional Stager (package staging implements it) that stages integration messages derived
 // from the saved events in the outbox, with one of four strategies.
 //
+// # Telemetry
+//
+// Every Save, SaveTx, Create and Update with changes is one OpenTelemetry span, stagehand.save (aggregate type and
+// ID, tenant, event count, the staging strategy, and for Update the attempts it took), covering the append and the
+// staging, with its error recorded. Its span context is written into each saved event's metadata (traceparent,
+// tracestate, unless set explicitly), so whoever stages the events, even later from the log, continues the trace
+// up to the consumer's handler. The counter stagehand.events.appended counts appended events by aggregate type.
+// RepositoryConfig.TracerProvider and MeterProvider inject the providers; nil means the global ones, which record
+// nothing until the application installs an SDK.
+//
 // Package aggregatetest has given/when/then helpers to test an aggregate's decisions without a database.
 package aggregate

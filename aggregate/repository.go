@@ -12,9 +12,12 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/stagehand-es/stagehand"
 	"github.com/stagehand-es/stagehand/eventstore"
+	"github.com/stagehand-es/stagehand/internal/telemetry"
 )
 
 // Batch is what a repository hands a Stager on save: the append request and the domain events it encodes.
@@ -60,6 +63,11 @@ type RepositoryConfig struct {
 	Clock func() time.Time
 	// Logger receives diagnostics (a failed snapshot write, for instance). Default: silent.
 	Logger *slog.Logger
+	// TracerProvider creates the stagehand.save span of every Save, SaveTx, Update and Create. Default nil: the
+	// global provider (otel.GetTracerProvider), which records nothing until the application installs an SDK.
+	TracerProvider trace.TracerProvider
+	// MeterProvider creates the stagehand.events.appended counter. Default nil: the global provider.
+	MeterProvider metric.MeterProvider
 }
 
 // Repository loads and saves aggregates of type A. It is safe for concurrent use.
@@ -69,6 +77,7 @@ type Repository[A Aggregate] struct {
 	typ    *aggregateType
 	cfg    RepositoryConfig
 	logger *slog.Logger
+	tel    instruments
 }
 
 // NewRepository returns a repository for aggregate type A, which must be registered in reg. Invalid configuration
@@ -116,7 +125,8 @@ func NewRepository[A Aggregate](store eventstore.Store, reg *Registry, cfg *Repo
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	return &Repository[A]{store: store, reg: reg, typ: typ, cfg: c, logger: logger}, nil
+	return &Repository[A]{store: store, reg: reg, typ: typ, cfg: c, logger: logger,
+		tel: newInstruments(c.TracerProvider, c.MeterProvider, typ.name)}, nil
 }
 
 // TypeName returns the stable name of the repository's aggregate type (its streams' type).
@@ -197,10 +207,24 @@ func (r *Repository[A]) Load(ctx context.Context, id string) (A, error) {
 // expected version, for the tenant in ctx. A concurrent change returns an error matching
 // eventstore.ErrConcurrencyConflict and stores nothing; reload and retry (or use Update). Saving an aggregate
 // without changes does nothing.
+//
+// A save with changes is traced as one stagehand.save span (append and staging), whose span context is written
+// into the metadata of the saved events (traceparent, tracestate) so staging done later continues the trace.
 func (r *Repository[A]) Save(ctx context.Context, a A) error {
+	if len(a.base().pending) == 0 {
+		return nil
+	}
+	ctx, span := r.tel.startSave(ctx, a.base().id)
+	n, err := r.save(ctx, a)
+	endSave(span, n, err)
+	return err
+}
+
+// save is Save inside its span; it returns how many events it tried to append.
+func (r *Repository[A]) save(ctx context.Context, a A) (int, error) {
 	batch, err := r.batch(ctx, a)
 	if err != nil || batch == nil {
-		return err
+		return 0, err
 	}
 	var res eventstore.AppendResult
 	if r.cfg.Stager != nil {
@@ -208,25 +232,38 @@ func (r *Repository[A]) Save(ctx context.Context, a A) error {
 	} else {
 		res, err = r.store.Append(ctx, batch.Request)
 	}
+	n := len(batch.Request.Events)
 	if err != nil {
-		return r.saveError(a, err)
+		return n, r.saveError(a, err)
 	}
+	r.tel.appendedEvents(ctx, n)
 	r.saved(ctx, a, res)
-	return nil
+	return n, nil
 }
 
 // SaveTx is Save on the caller's transaction: the caller commits or rolls back. The store must be an
 // eventstore.TransactionalStore. Under the Transactional strategy messages are staged on tx; strategies that stage
 // after commit leave it to their background worker (the repository never sees the commit). If the caller rolls
-// back, reload the aggregate before using it again.
+// back, reload the aggregate before using it again. Its events count as appended (stagehand.events.appended)
+// when they are appended on tx, whether or not the caller commits.
 func (r *Repository[A]) SaveTx(ctx context.Context, tx pgx.Tx, a A) error {
+	if len(a.base().pending) == 0 {
+		return nil
+	}
+	ctx, span := r.tel.startSave(ctx, a.base().id)
+	n, err := r.saveTx(ctx, tx, a)
+	endSave(span, n, err)
+	return err
+}
+
+func (r *Repository[A]) saveTx(ctx context.Context, tx pgx.Tx, a A) (int, error) {
 	ts, ok := r.store.(eventstore.TransactionalStore)
 	if !ok {
-		return fmt.Errorf("%w: %T", ErrNotTransactional, r.store)
+		return 0, fmt.Errorf("%w: %T", ErrNotTransactional, r.store)
 	}
 	batch, err := r.batch(ctx, a)
 	if err != nil || batch == nil {
-		return err
+		return 0, err
 	}
 	var res eventstore.AppendResult
 	if r.cfg.Stager != nil {
@@ -234,17 +271,30 @@ func (r *Repository[A]) SaveTx(ctx context.Context, tx pgx.Tx, a A) error {
 	} else {
 		res, err = ts.AppendTx(ctx, tx, batch.Request)
 	}
+	n := len(batch.Request.Events)
 	if err != nil {
-		return r.saveError(a, err)
+		return n, r.saveError(a, err)
 	}
+	r.tel.appendedEvents(ctx, n)
 	r.saved(ctx, a, res)
-	return nil
+	return n, nil
 }
 
 // Update loads the aggregate, runs fn on it and saves it, retrying the whole sequence after a concurrency conflict
-// up to UpdateRetries times. An error from fn is returned as is and nothing is saved.
+// up to UpdateRetries times. An error from fn is returned as is and nothing is saved. The whole sequence, retries
+// included, is one stagehand.save span (with the number of attempts).
 func (r *Repository[A]) Update(ctx context.Context, id string, fn func(A) error) (A, error) {
+	ctx, span := r.tel.startSave(ctx, id)
+	attempts, events := 0, 0
+	a, err := r.update(ctx, id, fn, &attempts, &events)
+	span.SetAttributes(telemetry.AttrAttempts.Int(attempts))
+	endSave(span, events, err)
+	return a, err
+}
+
+func (r *Repository[A]) update(ctx context.Context, id string, fn func(A) error, attempts, events *int) (A, error) {
 	for attempt := 0; ; attempt++ {
+		*attempts = attempt + 1
 		a, err := r.Load(ctx, id)
 		if err != nil {
 			return a, err
@@ -252,7 +302,7 @@ func (r *Repository[A]) Update(ctx context.Context, id string, fn func(A) error)
 		if err := fn(a); err != nil {
 			return a, err
 		}
-		err = r.Save(ctx, a)
+		*events, err = r.save(ctx, a)
 		if err == nil {
 			return a, nil
 		}
@@ -263,6 +313,7 @@ func (r *Repository[A]) Update(ctx context.Context, id string, fn func(A) error)
 			}
 			return a, err
 		}
+		trace.SpanFromContext(ctx).AddEvent("concurrency conflict: retrying")
 		// Back off a little, with jitter, so retrying writers spread out.
 		pause := time.Duration(rand.Int64N(int64(time.Millisecond)*int64(attempt+1))) + 100*time.Microsecond
 		select {
@@ -303,6 +354,9 @@ func (r *Repository[A]) batch(ctx context.Context, a A) (*Batch, error) {
 	if id := stagehand.CausationIDFrom(ctx); id != "" {
 		base[stagehand.HeaderCausationID] = id
 	}
+	// The save's span context, so staging continues the trace even when a worker stages the events later.
+	// Metadata set explicitly (context or event) wins.
+	telemetry.Inject(ctx, base)
 	maps.Copy(base, stagehand.MetadataFrom(ctx))
 	now := r.cfg.Clock()
 	req := eventstore.AppendRequest{
