@@ -27,6 +27,17 @@
 // with projections, stage exactly once per event (a crash rolls back both the staging and the checkpoint), report
 // their lag, and keep an outbox watermark so cleanup never forgets a sent message they could stage again.
 //
+// # Telemetry
+//
+// Staging is traced as stagehand.stage spans (strategy, aggregate, events, messages, error recorded). On save
+// (Transactional, EventuallyConsistent) the span is a child of the repository's stagehand.save span, which the
+// Stager tags with its strategy. The DeferredStager and the Reconciler read events from the log later: they
+// start one stage span per save found in a batch, whose parent is the trace context recorded in the events'
+// metadata, so the save's trace goes on. Every message derived from an event carries the event's traceparent and
+// tracestate in its metadata (a traceparent the mapping sets in Message.Headers wins), which the relay and the
+// consumer continue. Config.TracerProvider and WorkerConfig.TracerProvider inject the provider (nil: the global
+// one). Staged messages are counted once, by the outbox (stagehand.messages.staged, outbox.Config.MeterProvider).
+//
 // # Ordering
 //
 // Messages sharing a partition key are published in staging-commit order. Under Transactional and Deferred that

@@ -16,6 +16,7 @@ import (
 	"github.com/stagehand-es/stagehand"
 	"github.com/stagehand-es/stagehand/aggregate"
 	"github.com/stagehand-es/stagehand/eventstore"
+	"github.com/stagehand-es/stagehand/internal/telemetry"
 	"github.com/stagehand-es/stagehand/outbox"
 )
 
@@ -34,7 +35,8 @@ type Message struct {
 	// Unordered stages the message without a partition key: it is published as soon as it is due, in no
 	// particular order.
 	Unordered bool
-	// Headers are added to the message's metadata, besides the standard headers.
+	// Headers are added to the message's metadata, besides the standard headers. The event's trace context
+	// (traceparent, tracestate) is added too, unless Headers sets a traceparent of its own.
 	Headers map[string]string
 	// ScheduledAt delays delivery until then (zero: deliver now).
 	ScheduledAt time.Time
@@ -269,6 +271,7 @@ func toOutbox(rec eventstore.Record, mapping string, index int, msg Message) (ou
 	if meta == nil {
 		meta = map[string]string{}
 	}
+	telemetry.CopyTraceContext(meta, rec.Metadata) // the save's trace goes on with the message
 	maps.Copy(meta, map[string]string{
 		stagehand.HeaderAggregateID:   rec.StreamID,
 		stagehand.HeaderAggregateType: rec.StreamType,

@@ -9,9 +9,11 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/stagehand-es/stagehand/aggregate"
 	"github.com/stagehand-es/stagehand/eventstore"
+	"github.com/stagehand-es/stagehand/internal/telemetry"
 	"github.com/stagehand-es/stagehand/outbox"
 )
 
@@ -37,6 +39,9 @@ type Config struct {
 	ReconcilerName string
 	// Logger receives the one line naming the resolved strategy, and diagnostics. Default: silent.
 	Logger *slog.Logger
+	// TracerProvider creates the stagehand.stage span of each save's staging (a child of the repository's
+	// stagehand.save span). Default nil: the global provider (otel.GetTracerProvider).
+	TracerProvider trace.TracerProvider
 
 	// hook, when set (tests only), is called at the named points of a save so a child process can be killed
 	// exactly there.
@@ -51,6 +56,7 @@ type Stager struct {
 	outbox    *outbox.Outbox
 	mapping   *Mapping
 	logger    *slog.Logger
+	tracer    trace.Tracer
 	hook      func(string)
 	// reconciler is the outbox watermark of the Reconciler backing EventuallyConsistent.
 	reconciler string
@@ -78,7 +84,7 @@ func New(store eventstore.Store, cfg *Config) (*Stager, error) {
 		logger = slog.New(slog.DiscardHandler)
 	}
 	s := &Stager{requested: cfg.Strategy, outbox: cfg.Outbox, mapping: cfg.Mapping, logger: logger, hook: cfg.hook,
-		reconciler: workerName("reconciler", cfg.ReconcilerName)}
+		reconciler: workerName("reconciler", cfg.ReconcilerName), tracer: telemetry.Tracer(cfg.TracerProvider)}
 	missing := transactionalGaps(store, cfg.Outbox)
 	switch cfg.Strategy {
 	case Auto:
@@ -157,9 +163,11 @@ func (s *Stager) at(point string) {
 	}
 }
 
-// Append implements aggregate.Stager.
+// Append implements aggregate.Stager. It names its strategy on the span in ctx (the repository's stagehand.save
+// span) and traces the staging it does as a stagehand.stage span, a child of it.
 func (s *Stager) Append(ctx context.Context, store eventstore.Store, batch aggregate.Batch) (
 	eventstore.AppendResult, error) {
+	s.tagSave(ctx)
 	switch s.strategy {
 	case Transactional:
 		ts, ok := store.(eventstore.TransactionalStore)
@@ -167,9 +175,12 @@ func (s *Stager) Append(ctx context.Context, store eventstore.Store, batch aggre
 			return eventstore.AppendResult{}, fmt.Errorf("%w: transactional staging with %T", ErrInvalidConfig, store)
 		}
 		res, err := ts.AppendWith(ctx, batch.Request, func(ctx context.Context, tx pgx.Tx,
-			res eventstore.AppendResult) error {
+			res eventstore.AppendResult) (err error) {
 			s.at("appended")
-			msgs, err := s.messagesFor(res.Records, batch.Events)
+			ctx, span := startStage(ctx, s.tracer, s.strategy, batch.Request)
+			var msgs []outbox.Message
+			defer func() { endStage(span, len(msgs), err) }()
+			msgs, err = s.messagesFor(res.Records, batch.Events)
 			if err != nil {
 				return err
 			}
@@ -190,7 +201,10 @@ func (s *Stager) Append(ctx context.Context, store eventstore.Store, batch aggre
 			return res, err
 		}
 		s.at("appended")
-		if err := s.stageAfterCommit(ctx, res.Records, batch.Events); err != nil {
+		sctx, span := startStage(ctx, s.tracer, s.strategy, batch.Request)
+		n, err := s.stageAfterCommit(sctx, res.Records, batch.Events)
+		endStage(span, n, err)
+		if err != nil {
 			// The events are committed: the save succeeded. The reconciler stages what is missing; reporting an
 			// error here would invite the caller to repeat a decision that is already stored.
 			s.logger.WarnContext(ctx, "stagehand: staging after the append failed; the reconciler will stage it",
@@ -207,14 +221,17 @@ func (s *Stager) Append(ctx context.Context, store eventstore.Store, batch aggre
 // Deferred the repository never sees the commit, so staging is left to the Reconciler or the DeferredStager.
 func (s *Stager) AppendTx(ctx context.Context, tx pgx.Tx, store eventstore.TransactionalStore,
 	batch aggregate.Batch) (eventstore.AppendResult, error) {
+	s.tagSave(ctx)
 	res, err := store.AppendTx(ctx, tx, batch.Request)
 	if err != nil || s.strategy != Transactional {
 		return res, err
 	}
+	ctx, span := startStage(ctx, s.tracer, s.strategy, batch.Request)
 	msgs, err := s.messagesFor(res.Records, batch.Events)
 	if err == nil {
 		err = s.stage(ctx, tx, msgs)
 	}
+	endStage(span, len(msgs), err)
 	if err != nil {
 		return eventstore.AppendResult{}, err
 	}
@@ -238,25 +255,26 @@ func (s *Stager) stage(ctx context.Context, db outbox.DB, msgs []outbox.Message)
 	return err
 }
 
-// stageAfterCommit stages in a transaction of its own on the outbox's database.
+// stageAfterCommit stages in a transaction of its own on the outbox's database, and returns how many messages it
+// staged.
 //
 // It first reads the reconciler's watermark, locked until the commit. Messages of events the reconciler has
 // already passed are left out: the reconciler staged them, and their outbox entries may be cleaned up by now, so
 // staging them again could publish them twice. For the others, the lock keeps the reconciler (and so cleanup) from
 // passing them before this transaction commits.
-func (s *Stager) stageAfterCommit(ctx context.Context, recs []eventstore.Record, events []any) error {
+func (s *Stager) stageAfterCommit(ctx context.Context, recs []eventstore.Record, events []any) (int, error) {
 	msgs, err := s.messagesFor(recs, events)
 	if err != nil || len(msgs) == 0 {
-		return err
+		return 0, err
 	}
 	tx, err := s.outbox.Pool().Begin(ctx)
 	if err != nil {
-		return fmt.Errorf("staging: begin: %w", err)
+		return 0, fmt.Errorf("staging: begin: %w", err)
 	}
 	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
 	passed, registered, err := s.outbox.WatermarkTx(ctx, tx, s.reconciler)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	if registered {
 		kept := msgs[:0]
@@ -266,18 +284,18 @@ func (s *Stager) stageAfterCommit(ctx context.Context, recs []eventstore.Record,
 			}
 		}
 		if msgs = kept; len(msgs) == 0 {
-			return nil
+			return 0, nil
 		}
 	}
 	if err := s.stage(ctx, tx, msgs); err != nil {
-		return err
+		return 0, err
 	}
 	s.at("staged")
 	if err := tx.Commit(ctx); err != nil {
-		return fmt.Errorf("staging: commit: %w", err)
+		return 0, fmt.Errorf("staging: commit: %w", err)
 	}
 	s.outbox.Notify()
-	return nil
+	return len(msgs), nil
 }
 
 // messagesFor derives the messages of recs. events are the decoded values aligned with recs (nil entries are

@@ -8,9 +8,11 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/stagehand-es/stagehand/eventstore"
 	"github.com/stagehand-es/stagehand/internal/logfollow"
+	"github.com/stagehand-es/stagehand/internal/telemetry"
 	"github.com/stagehand-es/stagehand/outbox"
 )
 
@@ -32,6 +34,9 @@ type WorkerConfig struct {
 	Owner string
 	// Logger receives diagnostics. Default: silent.
 	Logger *slog.Logger
+	// TracerProvider creates the worker's stagehand.stage spans, each the child of the trace context recorded in
+	// the metadata of the events it stages (the save's span). Default nil: the global provider.
+	TracerProvider trace.TracerProvider
 }
 
 // Worker follows the global log and stages the messages of the mapped events it reads, in the transaction that
@@ -49,6 +54,8 @@ type Worker struct {
 	mapping   *Mapping
 	watermark string
 	logger    *slog.Logger
+	tracer    trace.Tracer
+	strategy  Strategy // the strategy the worker stages for, as a span attribute
 	hook      func(string)
 }
 
@@ -92,7 +99,11 @@ func newWorker(kind string, store eventstore.Store, o *outbox.Outbox, m *Mapping
 		return nil, fmt.Errorf("%w: %s %q: the mapping maps no event type", ErrInvalidConfig, kind, workerName(kind,
 			c.Name))
 	}
-	w := &Worker{kind: kind, name: workerName(kind, c.Name), outbox: o, mapping: m, logger: c.Logger}
+	w := &Worker{kind: kind, name: workerName(kind, c.Name), outbox: o, mapping: m, logger: c.Logger,
+		tracer: telemetry.Tracer(c.TracerProvider), strategy: Deferred}
+	if kind == "reconciler" {
+		w.strategy = EventuallyConsistent
+	}
 	w.watermark = w.name
 	f, err := logfollow.New(o.Pool(), store, w.handle, &logfollow.Config{
 		Name:         w.name,
@@ -159,15 +170,21 @@ func (w *Worker) Lag(ctx context.Context) (Lag, error) {
 	return Lag{Position: l.Position, Head: l.Head, Events: l.Events, Time: l.Time}, nil
 }
 
-func (w *Worker) handle(ctx context.Context, tx pgx.Tx, recs []eventstore.Record) error {
+func (w *Worker) handle(ctx context.Context, tx pgx.Tx, recs []eventstore.Record) (err error) {
+	stages := w.startStages(ctx, recs)
+	defer func() { stages.end(err) }()
 	var msgs []outbox.Message
 	for _, rec := range recs {
 		m, err := w.mapping.messages(rec, nil)
 		if err != nil {
 			return err
 		}
+		stages.counted(rec, len(m))
 		msgs = append(msgs, m...)
 	}
+	// Messages of traced events carry their event's trace context already; the others take the span of the
+	// untraced events.
+	ctx = stages.untraced(ctx)
 	// The watermark first, then the keys StageTx locks: the save path of EventuallyConsistent locks in the same
 	// order (watermark FOR SHARE, then keys), so the two never deadlock. Both commit together.
 	if len(recs) > 0 {
