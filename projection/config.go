@@ -7,6 +7,9 @@ import (
 	"strings"
 	"time"
 
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/stagehand-es/stagehand"
 	"github.com/stagehand-es/stagehand/aggregate"
 )
@@ -89,6 +92,13 @@ type Config struct {
 	Clock func() time.Time
 	// Logger receives diagnostics. Default: silent.
 	Logger *slog.Logger
+
+	// TracerProvider creates the stagehand.projection.batch span of every batch the handler applies. Default nil:
+	// the global provider (otel.GetTracerProvider), which records nothing until the application installs an SDK.
+	TracerProvider trace.TracerProvider
+	// MeterProvider observes the stagehand.projection.lag and stagehand.projection.lag_time gauges of every
+	// checkpoint of the projection, from New until Close. Default nil: the global provider.
+	MeterProvider metric.MeterProvider
 }
 
 // Errors of the projection package. Compare with errors.Is.

@@ -57,6 +57,16 @@
 // Projection.ReplayParked, RequestReplay (carried out by a running instance, for a CLI) and DiscardParked manage
 // parked events.
 //
+// # Telemetry
+//
+// Every batch the handler applies is a stagehand.projection.batch span (projection, checkpoint, event count,
+// first and last position, the handler's error recorded), linked to the traces of the saves that recorded its
+// events (their traceparent metadata). The observable gauges stagehand.projection.lag (log positions behind the
+// head) and stagehand.projection.lag_time (seconds the oldest waiting event has waited) are reported for each
+// checkpoint, whether the projection runs or not, from New until Close: one query for the checkpoints and one for
+// the head per collection, plus one per checkpoint behind the head. Config.TracerProvider and MeterProvider inject
+// the providers (nil: the global ones).
+//
 // # Watermill
 //
 // Subscriber exposes the log as a message.Subscriber: the topic is a filter ("*", "events:A,B",

@@ -14,6 +14,7 @@ import (
 	"github.com/stagehand-es/stagehand/aggregate"
 	"github.com/stagehand-es/stagehand/eventstore"
 	"github.com/stagehand-es/stagehand/internal/logfollow"
+	"github.com/stagehand-es/stagehand/internal/telemetry"
 )
 
 // Event is an event of the global log as a handler sees it.
@@ -52,8 +53,8 @@ type HandlerError = logfollow.HandlerError
 // ErrHandler matches the *HandlerError returned by Run in Stop mode.
 var ErrHandler = logfollow.ErrHandler
 
-// Projection follows the global log and applies it to a read model through a Handler. Create it with New and run
-// it with Run.
+// Projection follows the global log and applies it to a read model through a Handler. Create it with New, run it
+// with Run, and Close it when it is no longer needed (Close unregisters its lag gauges).
 type Projection struct {
 	pool      *pgxpool.Pool
 	store     eventstore.Store
@@ -61,6 +62,7 @@ type Projection struct {
 	reg       *aggregate.Registry
 	cfg       Config
 	followers []*logfollow.Follower
+	tel       instruments
 }
 
 const kind = "projection"
@@ -106,7 +108,7 @@ func New(pool *pgxpool.Pool, store eventstore.Store, h Handler, cfg *Config) (*P
 				return p.park(ctx, tx, name, failure)
 			}
 		}
-		f, err := logfollow.New(pool, store, p.handle, fc)
+		f, err := logfollow.New(pool, store, p.batchHandler(fc.Name), fc)
 		if err != nil {
 			var fe *logfollow.ConfigError
 			if errors.As(err, &fe) {
@@ -115,6 +117,9 @@ func New(pool *pgxpool.Pool, store eventstore.Store, h Handler, cfg *Config) (*P
 			return nil, err
 		}
 		p.followers = append(p.followers, f)
+	}
+	if err := p.instrument(); err != nil {
+		return nil, err
 	}
 	return p, nil
 }
@@ -209,6 +214,18 @@ func RequestRebuild(ctx context.Context, db DB, schema, name string) error {
 func (p *Projection) Wake() {
 	for _, f := range p.followers {
 		f.Wake()
+	}
+}
+
+// batchHandler returns the batch handler of the log follower of checkpoint: p.handle in a stagehand.projection.batch
+// span.
+func (p *Projection) batchHandler(checkpoint string) logfollow.Handler {
+	return func(ctx context.Context, tx pgx.Tx, recs []eventstore.Record) error {
+		ctx, span := p.startBatch(ctx, checkpoint, recs)
+		err := p.handle(ctx, tx, recs)
+		telemetry.RecordError(span, err)
+		span.End()
+		return err
 	}
 }
 
