@@ -4,12 +4,17 @@ import (
 	"context"
 	"maps"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/stagehand-es/stagehand/internal/telemetry"
 )
 
 // traceHeaders returns the trace context headers (traceparent, tracestate) of the span in ctx, or nil when ctx
 // carries none: untraced applications stage no trace headers.
 func traceHeaders(ctx context.Context) map[string]string {
+	if !trace.SpanContextFromContext(ctx).IsValid() {
+		return nil // the common untraced case allocates nothing
+	}
 	h := map[string]string{}
 	telemetry.Inject(ctx, h)
 	if len(h) == 0 {
