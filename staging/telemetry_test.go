@@ -159,3 +159,46 @@ func TestDeferredStagerContinuesTheSavesTrace(t *testing.T) {
 	require.Equal(t, int64(6), n)
 	e.requireExactlyOnce(e.store)
 }
+
+// In SaveTx, Transactional stages on the caller's transaction inside the save span; EventuallyConsistent leaves
+// staging to the Reconciler, whose stage span continues the save's trace and names its strategy.
+func TestSaveTxStagingSpans(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	rec := telemetrytest.New(t)
+	ctx := context.Background()
+	for _, c := range []struct {
+		strategy Strategy
+		id       string
+	}{{Transactional, "tx-1"}, {EventuallyConsistent, "ec-1"}} {
+		r, _ := e.traced(rec, c.strategy)
+		tx, err := e.store.Begin(ctx)
+		require.NoError(t, err)
+		o := r.New(c.id)
+		o.Place(1)
+		require.NoError(t, r.SaveTx(ctx, tx, o))
+		require.NoError(t, tx.Commit(ctx))
+	}
+	saves, stages := rec.Spans(telemetry.SpanSave), rec.Spans(telemetry.SpanStage)
+	require.Len(t, saves, 2)
+	require.Len(t, stages, 1, "only Transactional stages in SaveTx")
+	require.Equal(t, saves[0].SpanContext.SpanID(), stages[0].Parent.SpanID())
+	require.Equal(t, "transactional", telemetrytest.Attr(stages[0], telemetry.AttrStrategy).AsString())
+
+	rec.Reset()
+	w, err := NewReconciler(e.store, e.outbox, e.m, &WorkerConfig{TracerProvider: rec.TracerProvider})
+	require.NoError(t, err)
+	runUntilCaughtUp(t, w, e.store)
+	stages = rec.Spans(telemetry.SpanStage)
+	require.Len(t, stages, 2, "one per save in the log: the reconciler passes the staged one again")
+	byTrace := map[trace.TraceID]string{}
+	for _, s := range stages {
+		byTrace[s.SpanContext.TraceID()] = telemetrytest.Attr(s, telemetry.AttrStrategy).AsString()
+		require.True(t, s.Parent.IsRemote())
+	}
+	for _, save := range saves {
+		require.Equal(t, "eventually-consistent", byTrace[save.SpanContext.TraceID()],
+			"the reconciler continues the trace of save %s", telemetrytest.Attr(save, telemetry.AttrAggregateID).AsString())
+	}
+	e.requireExactlyOnce(e.store)
+}
