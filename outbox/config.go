@@ -101,10 +101,12 @@ type RelayConfig struct {
 	PartitionBy PartitionBy
 
 	// TracerProvider creates the relay's spans (stagehand.relay.claim, stagehand.relay.publish). Default: the
-	// global provider (otel.GetTracerProvider), which records nothing until the application installs an SDK.
+	// Outbox's (Config.TracerProvider), else the global provider (otel.GetTracerProvider), which records nothing
+	// until the application installs an SDK.
 	TracerProvider trace.TracerProvider
 	// MeterProvider creates the relay's metrics (messages published, failed and dead-lettered, claim duration,
-	// pending count and oldest pending age). Default: the global provider (otel.GetMeterProvider).
+	// pending count and oldest pending age). Default: the Outbox's (Config.MeterProvider), else the global
+	// provider (otel.GetMeterProvider).
 	MeterProvider metric.MeterProvider
 }
 

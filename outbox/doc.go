@@ -60,8 +60,8 @@
 // late mark is rejected (ErrFenced) and its rows are left to the new leader. Subscribe and Drain fail fast with
 // ErrCannotFence when the database cannot fence (no leases table, no privilege to lock it, a read-only session);
 // RelayConfig.SingleWriter is the explicit unfenced opt-out. RelayConfig.Partitions splits the claim into
-// independent loops by a hash of the partition key or the tenant, each with its own workers and backoff, and with
-// leader election a lease per partition.
+// independent loops by a hash of the partition key or the tenant, each with its own workers and backoff; with
+// leader election each partition has its own lease, and the relay processes share the partitions fairly.
 //
 // # Telemetry
 //

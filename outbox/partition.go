@@ -106,11 +106,24 @@ func (g *group) run() {
 	} else if !g.drain {
 		wakes = make([]chan struct{}, n) // nil channels: poll only
 	}
+	var sh *sharing
+	if g.r.leases != nil && n > 1 && !g.drain {
+		sh = &sharing{g: g, led: map[int]bool{}}
+		loops.Add(1)
+		go func() {
+			defer loops.Done()
+			sh.member(g.ctx)
+		}()
+	}
 	var parts sync.WaitGroup
 	for p := range n {
 		parts.Add(1)
 		go func() {
 			defer parts.Done()
+			if sh != nil {
+				g.leadShared(sh, p, wakes[p])
+				return
+			}
 			g.runPartition(p, wakes[p])
 		}()
 	}
@@ -123,7 +136,8 @@ func (g *group) run() {
 }
 
 // runPartition runs partition p's claim loop: once when the relay is not fenced, else in leadership terms, each
-// under the partition's lease, contending again whenever a term ends with the lease lost.
+// under the partition's lease, contending again whenever a term ends with the lease lost. (A partitioned,
+// leader-elected subscription shares its partitions with other relays instead: see leadShared.)
 func (g *group) runPartition(p int, wake chan struct{}) {
 	if g.r.leases == nil {
 		g.term(g.ctx, p, wake, nil)

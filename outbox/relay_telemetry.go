@@ -34,8 +34,15 @@ type relayTelemetry struct {
 }
 
 func newRelayTelemetry(r *Relay) (*relayTelemetry, error) {
-	t := &relayTelemetry{r: r, tracer: telemetry.Tracer(r.s.tracerProvider)}
-	m := telemetry.Meter(r.s.meterProvider)
+	tp, mp := r.s.tracerProvider, r.s.meterProvider
+	if tp == nil {
+		tp = r.o.tp
+	}
+	if mp == nil {
+		mp = r.o.mp
+	}
+	t := &relayTelemetry{r: r, tracer: telemetry.Tracer(tp)}
+	m := telemetry.Meter(mp)
 	wrap := func(err error) error { return fmt.Errorf("outbox: relay metrics: %w", err) }
 	var err error
 	if t.publishedC, err = m.Int64Counter(telemetry.MetricMessagesPublished, metric.WithUnit("{message}"),

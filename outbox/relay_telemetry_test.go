@@ -152,4 +152,14 @@ func TestRelayTelemetry(t *testing.T) {
 	require.Equal(t, int64(0), pending.DataPoints[0].Value, "only the scheduled message is left")
 	age = m[telemetry.MetricOutboxOldestAge].(metricdata.Gauge[float64])
 	require.Zero(t, age.DataPoints[0].Value)
+
+	// Without providers of its own, a relay uses its Outbox's.
+	reader2 := sdkmetric.NewManualReader()
+	mp2 := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader2))
+	t.Cleanup(func() { _ = mp2.Shutdown(ctx) })
+	_, err = e.ob.Stage(ctx, outbox.Message{ID: "one-more", Topic: "orders"})
+	require.NoError(t, err)
+	setupOn(t, e.pool, e.schema, &outbox.Config{MeterProvider: mp2}).relay(nil)
+	pending = metricsOf(t, reader2)[telemetry.MetricOutboxPending].(metricdata.Gauge[int64])
+	require.Equal(t, int64(1), pending.DataPoints[0].Value)
 }
