@@ -36,8 +36,8 @@ func newInstruments(tp trace.TracerProvider, mp metric.MeterProvider, aggregateT
 // startSave starts the stagehand.save span of one save of aggregate id. The returned context carries it: the
 // stager's spans are its children, and its span context is written into the metadata of the events saved.
 func (in *instruments) startSave(ctx context.Context, id string) (context.Context, trace.Span) {
-	return in.tracer.Start(ctx, telemetry.SpanSave, spanKind, trace.WithAttributes(in.typeAttr, telemetry.AttrAggregateID.String(id),
-		telemetry.AttrTenant.String(stagehand.TenantFrom(ctx))))
+	return in.tracer.Start(ctx, telemetry.SpanSave, spanKind, trace.WithAttributes(in.typeAttr,
+		telemetry.AttrAggregateID.String(id), telemetry.AttrTenant.String(stagehand.TenantFrom(ctx))))
 }
 
 // appendedEvents counts n events appended.

@@ -204,8 +204,8 @@ func (o *Outbox) stageArgs(ctx context.Context, msgs []Message) (stageArgs, erro
 // notifies relays after it.
 //
 // Tenant, correlation, causation and the trace context come from the message's metadata, else from the message's
-// context, else from ctx. The partition key comes from Config.PartitionKey (by default the "partition-key" metadata value, else
-// "aggregate-id"); HeaderScheduledAt delays delivery. Close does nothing to db.
+// context, else from ctx. The partition key comes from Config.PartitionKey (by default the "partition-key"
+// metadata value, else "aggregate-id"); HeaderScheduledAt delays delivery. Close does nothing to db.
 func (o *Outbox) Publisher(ctx context.Context, db DB) *Publisher {
 	if ctx == nil {
 		ctx = context.Background()
