@@ -198,7 +198,41 @@ func TestSaveTxStagingSpans(t *testing.T) {
 	}
 	for _, save := range saves {
 		require.Equal(t, "eventually-consistent", byTrace[save.SpanContext.TraceID()],
-			"the reconciler continues the trace of save %s", telemetrytest.Attr(save, telemetry.AttrAggregateID).AsString())
+			"the reconciler continues the trace of save %s",
+			telemetrytest.Attr(save, telemetry.AttrAggregateID).AsString())
 	}
 	e.requireExactlyOnce(e.store)
+}
+
+// Events saved without a trace (no SDK, or before tracing was on) share one stage span per batch, a new trace, and
+// their messages carry it so the relay and the consumer still see one trace per batch.
+func TestDeferredStagerTracesUntracedEvents(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	rec := telemetrytest.New(t)
+	r, _ := e.repo(e.store, &Config{Strategy: Deferred}) // global providers: untraced saves
+	for _, id := range []string{"u-1", "u-2"} {
+		_, err := r.Create(context.Background(), id, func(o *Order) error { o.Place(1); return nil })
+		require.NoError(t, err)
+	}
+	w, err := NewDeferredStager(e.store, e.outbox, e.m, &WorkerConfig{TracerProvider: rec.TracerProvider})
+	require.NoError(t, err)
+	runUntilCaughtUp(t, w, e.store)
+	stages := rec.Spans(telemetry.SpanStage)
+	require.NotEmpty(t, stages)
+	var events int64
+	ids := map[trace.SpanID]bool{}
+	for _, s := range stages {
+		require.False(t, s.Parent.IsValid(), "a new trace")
+		events += telemetrytest.Attr(s, telemetry.AttrEvents).AsInt64()
+		ids[s.SpanContext.SpanID()] = true
+	}
+	require.Equal(t, int64(4), events)
+	tps := e.outboxTraceparents()
+	require.Len(t, tps, 6)
+	for _, tp := range tps {
+		sc := trace.SpanContextFromContext(telemetry.Extract(context.Background(),
+			map[string]string{"traceparent": tp}))
+		require.True(t, ids[sc.SpanID()], "the message carries its batch's stage span")
+	}
 }
