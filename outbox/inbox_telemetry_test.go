@@ -88,3 +88,27 @@ func TestInboxHandleSpans(t *testing.T) {
 		require.Equal(t, c.want, n, "%s %s", c.handler, c.outcome)
 	}
 }
+
+// Through Inbox.Middleware the inner handler finds the inbox span in msg.Context().
+func TestInboxMiddlewareSpan(t *testing.T) {
+	t.Parallel()
+	rec := telemetrytest.New(t)
+	pool, schema := pgtest.Migrated(t)
+	e := setupOn(t, pool, schema, nil)
+	in, err := e.ob.NewInbox(&outbox.InboxConfig{TracerProvider: rec.TracerProvider,
+		MeterProvider: rec.MeterProvider})
+	require.NoError(t, err)
+	var inner trace.SpanContext
+	h := in.Middleware("mw")(func(msg *message.Message) ([]*message.Message, error) {
+		inner = trace.SpanContextFromContext(msg.Context())
+		return nil, nil
+	})
+	_, err = h(message.NewMessage("m", nil))
+	require.NoError(t, err)
+	spans := rec.Spans(telemetry.SpanInboxHandle)
+	require.Len(t, spans, 1)
+	require.False(t, spans[0].Parent.IsValid(), "no trace context in the metadata: a new trace")
+	require.Equal(t, spans[0].SpanContext.SpanID(), inner.SpanID())
+	n, _ := rec.Int64(t, telemetry.MetricInboxMessages, telemetry.AttrOutcome.String(telemetry.OutcomeHandled))
+	require.Equal(t, int64(1), n)
+}
