@@ -23,7 +23,12 @@ import (
 // publishes what is due once, without a background loop.
 //
 // Several relays, in one process or many, may work on one outbox: rows are claimed under leases with
-// FOR UPDATE SKIP LOCKED, and a relay only marks rows it still holds.
+// FOR UPDATE SKIP LOCKED, and a relay only marks rows it still holds. With RelayConfig.LeaderElection only the
+// leader claims, fenced by the leader lease's token on every claim and mark (a demoted leader's writes are
+// rejected with ErrFenced); with RelayConfig.Partitions the claim runs as independent loops per partition, led
+// separately and shared among the relays. Under leader election, use one subscription per relay (SubscribeTopics
+// for several topics): subscriptions of one relay contend for the same leases as the same owner, so only one of
+// them leads at a time.
 //
 // Per-key order: messages sharing a partition key are delivered one at a time in staging-commit order, and a
 // message is delivered only after every earlier message of its key was acknowledged, so the first publication of

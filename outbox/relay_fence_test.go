@@ -251,3 +251,44 @@ func (s *syncBuffer) String() string {
 	defer s.mu.Unlock()
 	return s.b.String()
 }
+
+// A demoted leader's backoff (after a nack) and dead-letter move are fenced like its marks: rejected, logged with
+// the typed error, and the row is left as it was for the new leader (no attempt counted, nothing dead-lettered).
+func TestDemotedLeaderBackoffAndDeadLetterMoveAreRejected(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		op      string
+		retries int
+	}{{"backoff", 5}, {"dead-letter move", 0}} {
+		t.Run(tc.op, func(t *testing.T) {
+			t.Parallel()
+			e := setup(t)
+			ctx := context.Background()
+			_, err := e.ob.Stage(ctx, outbox.Message{ID: "m1", Topic: "orders"})
+			require.NoError(t, err)
+			var buf syncBuffer
+			r := e.relay(func(c *outbox.RelayConfig) {
+				c.LeaderElection, c.LeaderTTL = "orders-relay", 30*time.Second
+				c.MaxRetryCount = outbox.Retries(tc.retries)
+				c.Logger = slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelWarn}))
+			})
+			ch, err := r.Subscribe(ctx, "orders")
+			require.NoError(t, err)
+			var msg *message.Message
+			select {
+			case msg = <-ch:
+			case <-time.After(10 * time.Second):
+				t.Fatal("the leader delivered nothing")
+			}
+			pgtest.Exec(t, e.pool, `UPDATE `+pgtest.Q(e.schema, "leases")+
+				` SET owner = 'intruder', token = token + 1 WHERE name = 'orders-relay'`)
+			outbox.RecordError(msg, errRejected)
+			msg.Nack()
+			pgtest.Eventually(t, 10*time.Second, func() bool { return strings.Contains(buf.String(), "demoted") },
+				"the rejected write was not logged")
+			require.Contains(t, buf.String(), tc.op+" rejected")
+			require.Equal(t, int64(1), e.count("outbox", "message_id = 'm1' AND attempts = 0 AND last_error IS NULL"))
+			require.Equal(t, int64(0), e.count("outbox_dead_letters"))
+		})
+	}
+}
