@@ -107,6 +107,9 @@ var (
 	ErrInvalidConfig = errors.New("projection: invalid configuration")
 	// ErrParkedNotFound: no parked event has the given ID.
 	ErrParkedNotFound = errors.New("projection: parked event not found")
+	// ErrUnknownProjection: no checkpoint of the named projection exists in the schema (it never ran there, or
+	// the name is misspelled).
+	ErrUnknownProjection = errors.New("projection: unknown projection")
 )
 
 // ConfigError names an invalid configuration field. It matches ErrInvalidConfig.

@@ -201,10 +201,15 @@ func (p *Projection) Rebuild(ctx context.Context) error {
 }
 
 // RequestRebuild records a rebuild request for the projection name in schema; the process running the
-// projection performs it (see Projection.Rebuild).
+// projection performs it (see Projection.Rebuild). A name with no checkpoint in schema (a projection that never
+// ran there, or a typo) is an error matching ErrUnknownProjection, and nothing is recorded.
 func RequestRebuild(ctx context.Context, db DB, schema, name string) error {
-	if _, err := logfollow.RequestReset(ctx, db, schema, name); err != nil {
+	n, err := logfollow.RequestReset(ctx, db, schema, name)
+	if err != nil {
 		return fmt.Errorf("projection: rebuild %q: %w", name, err)
+	}
+	if n == 0 {
+		return fmt.Errorf("%w: %q has no checkpoint in schema %q", ErrUnknownProjection, name, schema)
 	}
 	return nil
 }

@@ -65,6 +65,31 @@ func TestRebuildProducesTheIncrementalReadModel(t *testing.T) {
 	w.requireOnce(t, "rm", w.logPositions(t))
 }
 
+// TestRequestRebuildFromAnotherProcess is the CLI's path: a request recorded in the database is performed by the
+// process running the projection; a name that has no checkpoint is refused and records nothing.
+func TestRequestRebuildFromAnotherProcess(t *testing.T) {
+	t.Parallel()
+	w := setup(t)
+	m := w.model("rm")
+	p := w.newProjection(t, m.mux(), projection.Config{PollInterval: 20 * time.Millisecond})
+	start(t, p)
+	w.seed(t, w.store, 3, 4)
+	pgtest.Eventually(t, 20*time.Second, caughtUp(t, w, p), "catch-up: %+v", status(t, p))
+	built := w.snapshot(t, "rm")
+	pgtest.Exec(t, w.pool, `UPDATE `+pgtest.Q(w.schema, "rm_accounts")+` SET balance = -1`)
+
+	err := projection.RequestRebuild(context.Background(), w.pool, w.schema, "acounts")
+	require.ErrorIs(t, err, projection.ErrUnknownProjection)
+	require.ErrorContains(t, err, `"acounts"`)
+	require.Equal(t, int64(0), w.count(t, `SELECT count(*) FROM `+pgtest.Q(w.schema, "checkpoints")+
+		` WHERE reset_requested`), "an unknown name records no request")
+
+	require.NoError(t, projection.RequestRebuild(context.Background(), w.pool, w.schema, "accounts"))
+	pgtest.Eventually(t, 10*time.Second, func() bool { return w.snapshot(t, "rm") == built },
+		"the running process rebuilds the damaged read model")
+	w.requireOnce(t, "rm", w.logPositions(t))
+}
+
 func TestConcurrentWritersCommittingAndAbortingOutOfOrder(t *testing.T) {
 	t.Parallel()
 	w := setup(t)
