@@ -264,3 +264,65 @@ func TestPartitionedLeaderRelayLeavesNoGoroutines(t *testing.T) {
 	require.Zero(t, pgtest.Count(t, e.pool, `SELECT count(*) FROM `+leases+` WHERE expires_at > now()`),
 		"closing released every leader lease")
 }
+
+// BenchmarkRelayModes is the drain rate (messages/s, Drain to a no-op publisher, batch 100, 4 workers per loop) of a
+// committed backlog over 200 keys, unfenced and fenced, with one claim loop and with 4 partitions, on the durable
+// cluster. The modes take turns in rounds (rotating their order), so drift in the machine's load falls on all.
+//
+//	go test ./outbox -run '^$' -bench RelayModes -benchtime 3x
+func BenchmarkRelayModes(b *testing.B) {
+	url := pgtest.DurableURL(b)
+	modes := []struct {
+		name string
+		mod  func(*outbox.RelayConfig)
+	}{
+		{"plain", func(*outbox.RelayConfig) {}},
+		{"fenced", func(c *outbox.RelayConfig) { c.LeaderElection = "bench" }},
+		{"partitions=4", func(c *outbox.RelayConfig) { c.Partitions = 4 }},
+		{"partitions=4-fenced", func(c *outbox.RelayConfig) { c.Partitions, c.LeaderElection = 4, "bench" }},
+	}
+	const n = 20000
+	envs := make([]*env, len(modes))
+	relays := make([]*outbox.Relay, len(modes))
+	for i, m := range modes {
+		pool, schema := pgtest.MigratedOn(b, url)
+		envs[i] = setupOn(b, pool, schema, nil)
+		relays[i] = envs[i].relay(func(c *outbox.RelayConfig) {
+			c.BatchSize, c.MaxDegreeOfParallelism = 100, 4
+			m.mod(c)
+		})
+	}
+	spent := make([]time.Duration, len(modes))
+	rounds := 3 * b.N
+	for round := range rounds {
+		for j := range modes {
+			i := (j + round) % len(modes)
+			var batch []outbox.Message
+			for k := range n {
+				batch = append(batch, outbox.Message{ID: fmt.Sprintf("%d-%d", round, k), Topic: "t",
+					PartitionKey: fmt.Sprintf("k%d", k%200)})
+				if len(batch) == 1000 {
+					_, err := envs[i].ob.Stage(context.Background(), batch...)
+					require.NoError(b, err)
+					batch = nil
+				}
+			}
+			start := time.Now()
+			for done := 0; done < n; {
+				res, err := relays[i].Drain(context.Background(), noopPublisher{})
+				require.NoError(b, err)
+				done += res.Published
+			}
+			spent[i] += time.Since(start)
+		}
+	}
+	for i, m := range modes {
+		b.ReportMetric(float64(n*rounds)/spent[i].Seconds(), m.name+"-msgs/s")
+	}
+	b.ReportMetric(0, "ns/op")
+}
+
+type noopPublisher struct{}
+
+func (noopPublisher) Publish(string, ...*message.Message) error { return nil }
+func (noopPublisher) Close() error                              { return nil }
