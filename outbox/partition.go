@@ -220,17 +220,16 @@ func (g *group) term(ctx context.Context, p int, wake chan struct{}, fence *leas
 		owner = fmt.Sprintf("%s/%d#%d", r.owner, p, fence.Token) // one row-lease owner per term
 	}
 	s := &subscription{
-		r: r, s: &r.s, q: &r.o.q, st: &r.st, g: g, topics: g.topics, owner: owner, drain: g.drain, listen: wake,
+		r: r, s: &r.s, q: &r.o.q, st: &r.st, topics: g.topics, owner: owner, drain: g.drain, listen: wake,
 		part: p, fence: fence,
 		ctx: ctx, cancel: cancel, deliver: g.deliver,
 		keys: map[string]*unit{}, held: map[int64]*row{},
 		work: make(chan struct{}, 1), room: make(chan struct{}, 1), wake: make(chan struct{}, 1),
-		ackKick: make(chan struct{}, 1), done: make(chan struct{}), ended: make(chan struct{}),
+		ackKick: make(chan struct{}, 1), done: make(chan struct{}),
 		brokerBackoff: r.s.brokerBackoff,
 	}
 	s.lo, s.hi = partitionRange(p, r.s.partitions)
 	s.run()
-	close(s.ended)
 	loss := s.demote.Load()
 	s.mu.Lock()
 	defer s.mu.Unlock()

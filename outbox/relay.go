@@ -173,7 +173,6 @@ type subscription struct {
 	s      *settings
 	q      *queries
 	st     *relayStatements
-	g      *group
 	topics []string
 	owner  string // the row lease owner
 	drain  bool
@@ -207,7 +206,6 @@ type subscription struct {
 	wake    chan struct{} // rows were resolved: keys this relay blocked may be claimable again
 	ackKick chan struct{}
 	done    chan struct{} // closed when run has finished
-	ended   chan struct{} // closed when the subscription is completely over (channel closed, relay forgot it)
 }
 
 func kick(ch chan struct{}) {
