@@ -1,0 +1,519 @@
+package e2ebench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/stagehand-es/stagehand"
+	"github.com/stagehand-es/stagehand/aggregate"
+	"github.com/stagehand-es/stagehand/eventstore"
+	"github.com/stagehand-es/stagehand/outbox"
+	"github.com/stagehand-es/stagehand/staging"
+)
+
+// Config is what one run measures and where. A zero field means the default stated on it.
+type Config struct {
+	// URL is the PostgreSQL server (for figures worth quoting, a durable one: fsync and synchronous_commit on).
+	// Required.
+	URL string
+	// Schema is the schema the run creates its tables in (stagehand's migrations, watermill-sql's tables, the
+	// consumers' effects). Required; it should be new and empty.
+	Schema string
+	// Saturation is how long producers append as fast as they can in one closed-loop round; the path's maximum
+	// sustainable rate is what it delivered end to end. Default 8s.
+	Saturation time.Duration
+	// SaturationRounds is the number of closed-loop rounds per path, alternating the paths; the maximum rate is
+	// their mean. Default 2.
+	SaturationRounds int
+	// SaturationWorkers is the number of closed-loop producers. Default 16.
+	SaturationWorkers int
+	// Paced is how long paced (open-loop) producers run at each rate, per path. Default 15s.
+	Paced time.Duration
+	// Fractions of stagehand's maximum sustainable rate at which both paths are then run, paced. Default 0.25,
+	// 0.5 and 0.9. Each must be in (0, 1].
+	Fractions []float64
+	// PacedWorkers is the number of paced producers; an append starts at its due time if one of them is free, and
+	// its latency counts from its due time either way. Default 64.
+	PacedWorkers int
+	// Relay is the stagehand relay's configuration (ProcessorID and IsBrokerUnavailable are set by the run).
+	// Default outbox.Balanced(): batches of 100, 4 deliveries in flight, NOTIFY wake-ups.
+	Relay *outbox.RelayConfig
+	// Warmup is a paced run of each path at 200 messages/s before anything is measured. Default 2s.
+	Warmup time.Duration
+	// DrainTimeout bounds the wait, after a round's producers stop, for all its messages to be handled. Default 90s.
+	DrainTimeout time.Duration
+	// Logger receives the components' logs. Default: discarded.
+	Logger *slog.Logger
+	// Progress receives one line per round as the run goes. Default: discarded.
+	Progress io.Writer
+}
+
+func (c *Config) validate() error {
+	switch {
+	case c.URL == "":
+		return errors.New("e2ebench: URL is required")
+	case c.Schema == "":
+		return errors.New("e2ebench: Schema is required")
+	case c.Saturation < 0 || c.Paced < 0 || c.Warmup < 0 || c.DrainTimeout < 0:
+		return errors.New("e2ebench: Saturation, Paced, Warmup and DrainTimeout must not be negative")
+	case c.SaturationRounds < 0 || c.SaturationWorkers < 0 || c.PacedWorkers < 0:
+		return errors.New("e2ebench: SaturationRounds, SaturationWorkers and PacedWorkers must not be negative")
+	}
+	for _, f := range c.Fractions {
+		if f <= 0 || f > 1 {
+			return fmt.Errorf("e2ebench: Fractions must be in (0, 1], got %g", f)
+		}
+	}
+	def := func(d *time.Duration, v time.Duration) {
+		if *d == 0 {
+			*d = v
+		}
+	}
+	def(&c.Saturation, 8*time.Second)
+	def(&c.Paced, 15*time.Second)
+	def(&c.Warmup, 2*time.Second)
+	def(&c.DrainTimeout, 90*time.Second)
+	if c.SaturationRounds == 0 {
+		c.SaturationRounds = 2
+	}
+	if c.SaturationWorkers == 0 {
+		c.SaturationWorkers = 16
+	}
+	if c.PacedWorkers == 0 {
+		c.PacedWorkers = 64
+	}
+	if len(c.Fractions) == 0 {
+		c.Fractions = []float64{0.25, 0.5, 0.9}
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.Progress == nil {
+		c.Progress = io.Discard
+	}
+	return nil
+}
+
+// Round is what one round of one path measured.
+type Round struct {
+	Path string
+	// Offered is the paced rate in messages/s (0 for a closed-loop round).
+	Offered float64
+	// Produced messages were appended (and staged); Handled of them were handled by the path's consumer.
+	Produced, Handled int
+	// ProduceRate is Produced over the producers' run; Throughput is Produced from the round's start to the last
+	// message handled: the rate the whole path delivered.
+	ProduceRate, Throughput float64
+	// Append → handled latency percentiles, from each append's due time to the commit of the consumer's inbox
+	// transaction.
+	P50, P99, Max time.Duration
+	// AppendP50 and AppendP99 are the part of it spent appending: from the due time to the return of the save
+	// (the commit of the event and its message). The rest is the way through the relay or the forwarder, the
+	// broker and the consumer.
+	AppendP50, AppendP99 time.Duration
+	// Lag is from the producers' stop to the last message handled.
+	Lag time.Duration
+}
+
+// KeptUp reports whether the path delivered a paced round at the offered rate: everything handled, at least 95%
+// of the offered rate end to end, and the last message handled within a second of the producers' stop.
+func (r Round) KeptUp() bool {
+	return r.Handled == r.Produced && r.Throughput >= 0.95*r.Offered && r.Lag <= time.Second
+}
+
+// Paced is one absolute rate and what both paths did at it.
+type Paced struct {
+	Fraction             float64 // of stagehand's maximum sustainable rate
+	Rate                 float64 // messages/s
+	Stagehand, Forwarder Round
+}
+
+// Results is what a run measured.
+type Results struct {
+	Config  Config
+	Machine Machine
+	// Saturation holds the closed-loop rounds, in the order run.
+	Saturation []Round
+	// MaxStagehand and MaxForwarder are the maximum sustainable rates (messages/s): the mean throughput of each
+	// path's closed-loop rounds.
+	MaxStagehand, MaxForwarder float64
+	Paced                      []Paced
+	// Integrity, checked against the effects table at the end: messages produced with no effect, and effects
+	// applied more than once, per path (both must be 0).
+	Missing, Duplicates map[string]int64
+	Total               time.Duration
+}
+
+// Ratio is the throughput ratio, stagehand over forwarder.
+func (r *Results) Ratio() float64 {
+	if r.MaxForwarder == 0 {
+		return 0
+	}
+	return r.MaxStagehand / r.MaxForwarder
+}
+
+// Check returns an error when a message was lost or applied twice on either path.
+func (r *Results) Check() error {
+	var errs []error
+	for _, p := range []string{PathStagehand, PathForwarder} {
+		if r.Missing[p] != 0 || r.Duplicates[p] != 0 {
+			errs = append(errs, fmt.Errorf("e2ebench: %s path: %d messages without an effect, %d duplicate effects",
+				p, r.Missing[p], r.Duplicates[p]))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Run sets both paths up on cfg's database and an embedded NATS JetStream server, measures each path's maximum
+// sustainable rate with closed-loop rounds (alternating the paths), then runs both paths paced at cfg.Fractions of
+// stagehand's maximum, and checks that every message was handled exactly once. It stops everything it started
+// before returning.
+func Run(ctx context.Context, cfg Config) (*Results, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	began := time.Now()
+	step := func(format string, args ...any) {
+		fmt.Fprintf(cfg.Progress, "[%6.1fs] %s\n", time.Since(began).Seconds(), fmt.Sprintf(format, args...))
+	}
+	log := cfg.Logger
+	wlog := watermill.NewSlogLogger(log)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+
+	pc, err := pgxpool.ParseConfig(cfg.URL)
+	if err != nil {
+		return nil, fmt.Errorf("e2ebench: database URL: %w", err)
+	}
+	pc.MaxConns = int32(cfg.PacedWorkers + cfg.SaturationWorkers + 48)
+	// watermill-sql names its tables without a schema: they go to the run's schema.
+	pc.ConnConfig.RuntimeParams["search_path"] = cfg.Schema
+	pool, err := pgxpool.NewWithConfig(ctx, pc)
+	if err != nil {
+		return nil, fmt.Errorf("e2ebench: connect: %w", err)
+	}
+	defer pool.Close()
+	if _, err := stagehand.Migrate(ctx, pool, &stagehand.MigrateConfig{Schema: cfg.Schema}); err != nil {
+		return nil, fmt.Errorf("e2ebench: migrate: %w", err)
+	}
+	effects := pgx.Identifier{cfg.Schema, "e2e_effects"}.Sanitize()
+	if _, err := pool.Exec(ctx, `CREATE TABLE `+effects+` (message_id text NOT NULL, path text NOT NULL,
+		order_id text NOT NULL, amount bigint NOT NULL, handled_at timestamptz NOT NULL DEFAULT clock_timestamp())`); err != nil {
+		return nil, fmt.Errorf("e2ebench: effects table: %w", err)
+	}
+	res := &Results{Config: cfg}
+	res.Machine = describeMachine(ctx, pool)
+
+	brk, err := startBroker(log)
+	if err != nil {
+		return nil, err
+	}
+	defer brk.stop()
+	if err := brk.provision(ctx, TopicStagehand, TopicForwarder); err != nil {
+		return nil, err
+	}
+
+	// The writing side.
+	store, err := eventstore.NewPostgres(pool, &eventstore.PostgresConfig{Schema: cfg.Schema, Logger: log})
+	if err != nil {
+		return nil, fmt.Errorf("e2ebench: event store: %w", err)
+	}
+	defer store.Close()
+	ob, err := outbox.New(pool, &outbox.Config{Schema: cfg.Schema, Logger: log})
+	if err != nil {
+		return nil, fmt.Errorf("e2ebench: outbox: %w", err)
+	}
+	defer ob.Close()
+	reg, err := newRegistry()
+	if err != nil {
+		return nil, err
+	}
+	mapping, err := newMapping(reg)
+	if err != nil {
+		return nil, err
+	}
+	stager, err := staging.New(store, &staging.Config{Strategy: staging.Transactional, Outbox: ob, Mapping: mapping,
+		Logger: log})
+	if err != nil {
+		return nil, fmt.Errorf("e2ebench: stager: %w", err)
+	}
+	stagedRepo, err := aggregate.NewRepository[*Order](store, reg, &aggregate.RepositoryConfig{Stager: stager,
+		Logger: log})
+	if err != nil {
+		return nil, fmt.Errorf("e2ebench: repository: %w", err)
+	}
+	plainRepo, err := aggregate.NewRepository[*Order](store, reg, &aggregate.RepositoryConfig{Logger: log})
+	if err != nil {
+		return nil, fmt.Errorf("e2ebench: repository: %w", err)
+	}
+	sh := stagehandPath(stagedRepo, newRecorder())
+	fw := forwarderPath(pool, plainRepo, newRecorder())
+
+	// Background work: the consumers of both paths, stagehand's relay, Watermill's forwarder. Closed in reverse.
+	var stops []func()
+	defer func() {
+		for _, stop := range slices.Backward(stops) {
+			stop()
+		}
+	}()
+	inbox, err := ob.NewInbox(nil)
+	if err != nil {
+		return nil, fmt.Errorf("e2ebench: inbox: %w", err)
+	}
+	consumers, err := message.NewRouter(message.RouterConfig{CloseTimeout: 10 * time.Second}, wlog)
+	if err != nil {
+		return nil, fmt.Errorf("e2ebench: consumer router: %w", err)
+	}
+	for _, p := range []*path{sh, fw} {
+		topic := map[string]string{PathStagehand: TopicStagehand, PathForwarder: TopicForwarder}[p.name]
+		sub, err := newSubscriber(brk.URL(), topic, wlog)
+		if err != nil {
+			return nil, err
+		}
+		stops = append(stops, func() { _ = sub.Close() }) // after the router (closing twice is harmless)
+		consumers.AddConsumerHandler("consume-"+p.name, topic, sub, consumerHandler(inbox, p.name, effects, p.rec))
+	}
+	stop, err := runRouter(ctx, consumers)
+	if err != nil {
+		return nil, err
+	}
+	stops = append(stops, stop)
+
+	shPub, err := newPublisher(brk.URL(), "e2ebench relay", wlog)
+	if err != nil {
+		return nil, err
+	}
+	stops = append(stops, func() { _ = shPub.Close() })
+	relayCfg := outbox.Balanced() // the default profile: batches of 100, 4 deliveries in flight, NOTIFY wake-ups
+	if cfg.Relay != nil {
+		c := *cfg.Relay
+		relayCfg = &c
+	}
+	relayCfg.ProcessorID = "e2ebench"
+	relayCfg.IsBrokerUnavailable = natsUnavailable
+	relay, err := ob.NewRelay(relayCfg)
+	if err != nil {
+		return nil, fmt.Errorf("e2ebench: relay: %w", err)
+	}
+	stops = append(stops, func() { _ = relay.Close() })
+	relayRouter, err := message.NewRouter(message.RouterConfig{CloseTimeout: 10 * time.Second}, wlog)
+	if err != nil {
+		return nil, fmt.Errorf("e2ebench: relay router: %w", err)
+	}
+	relay.AddToRouter(relayRouter, shPub, nil)
+	if stop, err = runRouter(ctx, relayRouter); err != nil {
+		return nil, err
+	}
+	stops = append(stops, stop)
+
+	fwPub, err := newPublisher(brk.URL(), "e2ebench forwarder", wlog)
+	if err != nil {
+		return nil, err
+	}
+	stops = append(stops, func() { _ = fwPub.Close() })
+	stopForwarder, err := runForwarder(ctx, pool, fwPub, log)
+	if err != nil {
+		return nil, err
+	}
+	stops = append(stops, func() { _ = stopForwarder() })
+
+	r := &runner{cfg: cfg}
+	step("machine: %s", res.Machine)
+	for _, p := range []*path{sh, fw} {
+		if _, err := r.round(ctx, p, 200, cfg.PacedWorkers, cfg.Warmup); err != nil {
+			return nil, fmt.Errorf("e2ebench: warm-up: %w", err)
+		}
+	}
+	step("warmed up; measuring the maximum sustainable rates (%d closed-loop rounds of %s per path, %d producers)",
+		cfg.SaturationRounds, cfg.Saturation, cfg.SaturationWorkers)
+	sums := map[string]float64{}
+	for i := range cfg.SaturationRounds {
+		order := []*path{sh, fw}
+		if i%2 == 1 {
+			order = []*path{fw, sh}
+		}
+		for _, p := range order {
+			rd, err := r.round(ctx, p, 0, cfg.SaturationWorkers, cfg.Saturation)
+			if err != nil {
+				return res, err
+			}
+			res.Saturation = append(res.Saturation, rd)
+			sums[p.name] += rd.Throughput
+			step("closed loop %-9s produced %6d (%5.0f/s), delivered end to end %5.0f msgs/s, lag %.1fs", p.name,
+				rd.Produced, rd.ProduceRate, rd.Throughput, rd.Lag.Seconds())
+		}
+	}
+	res.MaxStagehand = sums[PathStagehand] / float64(cfg.SaturationRounds)
+	res.MaxForwarder = sums[PathForwarder] / float64(cfg.SaturationRounds)
+	step("maximum sustainable rate: stagehand %.0f msgs/s, forwarder %.0f msgs/s (%.2fx)", res.MaxStagehand,
+		res.MaxForwarder, res.Ratio())
+
+	for i, f := range cfg.Fractions {
+		rate := f * res.MaxStagehand
+		pr := Paced{Fraction: f, Rate: rate}
+		order := []*path{sh, fw}
+		if i%2 == 1 {
+			order = []*path{fw, sh}
+		}
+		for _, p := range order {
+			rd, err := r.round(ctx, p, rate, cfg.PacedWorkers, cfg.Paced)
+			if err != nil {
+				return res, err
+			}
+			if p == sh {
+				pr.Stagehand = rd
+			} else {
+				pr.Forwarder = rd
+			}
+			step("paced %3.0f%% %-9s %5.0f msgs/s offered: p50 %s p99 %s (append p50 %s p99 %s), delivered %5.0f "+
+				"msgs/s, lag %.1fs", f*100, p.name, rate, ms(rd.P50), ms(rd.P99), ms(rd.AppendP50), ms(rd.AppendP99),
+				rd.Throughput, rd.Lag.Seconds())
+		}
+		res.Paced = append(res.Paced, pr)
+	}
+
+	res.Missing, res.Duplicates = map[string]int64{}, map[string]int64{}
+	for _, p := range []*path{sh, fw} {
+		var unique, rows int64
+		if err := pool.QueryRow(ctx, `SELECT count(DISTINCT message_id), count(*) FROM `+effects+` WHERE path = $1`,
+			p.name).Scan(&unique, &rows); err != nil {
+			return res, fmt.Errorf("e2ebench: count effects: %w", err)
+		}
+		res.Missing[p.name] = r.produced[p.name] - unique
+		res.Duplicates[p.name] = rows - unique
+	}
+	res.Machine.LoadAfter = loadAverage()
+	res.Total = time.Since(began)
+	step("done")
+	return res, nil
+}
+
+// runRouter runs router in the background; stop closes it and waits for Run to return.
+func runRouter(ctx context.Context, router *message.Router) (stop func(), err error) {
+	done := make(chan error, 1)
+	go func() { done <- router.Run(ctx) }()
+	select {
+	case <-router.Running():
+		return func() { _ = router.Close(); <-done }, nil
+	case err := <-done:
+		return nil, fmt.Errorf("e2ebench: router: %w", err)
+	}
+}
+
+// runner runs rounds: every round is a phase of its own, so its messages are told apart from the previous
+// round's stragglers.
+type runner struct {
+	cfg      Config
+	phase    int
+	produced map[string]int64
+}
+
+// round runs p's producers for d: paced at rate messages/s, or closed-loop (as fast as they can) when rate is 0;
+// then waits until everything they appended has been handled, and measures.
+func (r *runner) round(ctx context.Context, p *path, rate float64, workers int, d time.Duration) (Round, error) {
+	r.phase++
+	phase := r.phase
+	if r.produced == nil {
+		r.produced = map[string]int64{}
+	}
+	var next, produced atomic.Int64
+	var appendMu sync.Mutex
+	var appendLatency []time.Duration
+	start := time.Now()
+	end := start.Add(d)
+	g, gctx := errgroup.WithContext(ctx)
+	for range workers {
+		g.Go(func() error {
+			for {
+				i := next.Add(1) - 1
+				due := time.Now()
+				if rate > 0 {
+					due = start.Add(time.Duration(float64(i) / rate * float64(time.Second)))
+				}
+				if !due.Before(end) {
+					return nil
+				}
+				if err := sleepUntil(gctx, due); err != nil {
+					return err
+				}
+				id := fmt.Sprintf("%s-%d-%d", p.name, phase, i)
+				if err := p.save(gctx, id, Placed{Phase: phase, SentAt: due.UnixNano(), Amount: 1999}); err != nil {
+					return fmt.Errorf("e2ebench: %s: append %s: %w", p.name, id, err)
+				}
+				took := time.Since(due)
+				produced.Add(1)
+				appendMu.Lock()
+				appendLatency = append(appendLatency, took)
+				appendMu.Unlock()
+			}
+		})
+	}
+	err := g.Wait()
+	stopped := time.Now()
+	n := int(produced.Load())
+	r.produced[p.name] += int64(n)
+	if err != nil {
+		return Round{}, err
+	}
+	deadline := time.Now().Add(r.cfg.DrainTimeout)
+	for p.rec.count(phase) < n {
+		if time.Now().After(deadline) {
+			return Round{}, fmt.Errorf("e2ebench: %s: %d of %d messages handled %s after the producers stopped",
+				p.name, p.rec.count(phase), n, r.cfg.DrainTimeout)
+		}
+		if err := sleepUntil(ctx, time.Now().Add(2*time.Millisecond)); err != nil {
+			return Round{}, err
+		}
+	}
+	log := p.rec.take(phase)
+	rd := Round{Path: p.name, Offered: rate, Produced: n, Handled: log.handled,
+		ProduceRate: float64(n) / stopped.Sub(start).Seconds()}
+	if n > 0 {
+		rd.Throughput = float64(n) / log.last.Sub(start).Seconds()
+		rd.Lag = max(0, log.last.Sub(stopped))
+		slices.Sort(log.latency)
+		rd.P50, rd.P99, rd.Max = quantile(log.latency, 0.50), quantile(log.latency, 0.99), log.latency[len(log.latency)-1]
+		slices.Sort(appendLatency)
+		rd.AppendP50, rd.AppendP99 = quantile(appendLatency, 0.50), quantile(appendLatency, 0.99)
+	}
+	return rd, nil
+}
+
+// quantile returns the q-quantile of sorted (nearest rank); 0 for none.
+func quantile(sorted []time.Duration, q float64) time.Duration {
+	if len(sorted) == 0 {
+		return 0
+	}
+	rank := int(math.Ceil(q * float64(len(sorted))))
+	return sorted[min(max(rank-1, 0), len(sorted)-1)]
+}
+
+// sleepUntil waits until t or until ctx ends.
+func sleepUntil(ctx context.Context, t time.Time) error {
+	d := time.Until(t)
+	if d <= 0 {
+		return ctx.Err()
+	}
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case <-timer.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
