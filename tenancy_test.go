@@ -357,6 +357,69 @@ func TestTenantIsolationAcrossEveryTable(t *testing.T) {
 	require.EqualValues(t, 6, cleaned)
 }
 
+// Stream IDs are only unique within a tenant, and they are the default partition keys: two tenants ordering
+// messages on the same key are two independent keys. A dead letter of one tenant's key holds that tenant's later
+// messages only; the other tenant's flow, and its admin scope neither sees nor can move the dead letter.
+func TestTenantSameKeyWithDeadLetter(t *testing.T) {
+	t.Parallel()
+	w := newTenancyWorld(t)
+	bg := context.Background()
+	for _, tenant := range []string{tenantA, tenantB} {
+		var ms []outbox.Message
+		for i := 1; i <= 2; i++ {
+			id := fmt.Sprintf("%s-%d", tenant, i)
+			if tenant == tenantA && i == 1 {
+				id = "poison-" + id
+			}
+			ms = append(ms, outbox.Message{ID: id, Topic: "accounts", PartitionKey: "acc-1", Payload: []byte(id)})
+		}
+		n, err := w.ob.Stage(ctxFor(tenant), ms...)
+		require.NoError(t, err)
+		require.Equal(t, 2, n)
+	}
+	relay, err := w.ob.NewRelay(&outbox.RelayConfig{MaxRetryCount: outbox.Retries(0)})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = relay.Close() })
+	res, err := relay.Drain(bg, w.broker)
+	require.NoError(t, err)
+	require.Equal(t, outbox.DrainResult{Published: 2, Failed: 1, DeadLettered: 1}, res)
+	var ids []string
+	for _, m := range w.broker.published() {
+		ids = append(ids, m.UUID)
+		require.Equal(t, tenantB, m.Metadata.Get(stagehand.HeaderTenantID))
+	}
+	require.Equal(t, []string{tenantB + "-1", tenantB + "-2"}, ids, "B's key flows, in order")
+
+	b := w.ob.Tenant(tenantB)
+	st, err := b.Stats(bg)
+	require.NoError(t, err)
+	require.Equal(t, outbox.Stats{Sent: 2}, trimStats(st), "nothing of B pending or parked")
+	st, err = w.ob.Tenant(tenantA).Stats(bg)
+	require.NoError(t, err)
+	require.Equal(t, outbox.Stats{Pending: 1, Parked: 1, DeadLettered: 1}, trimStats(st),
+		"A's second message waits behind A's dead letter")
+	dls, err := b.DeadLetters(bg, outbox.ListOptions{})
+	require.NoError(t, err)
+	require.Empty(t, dls)
+	_, err = b.Redrive(bg, "poison-"+tenantA+"-1")
+	require.ErrorIs(t, err, outbox.ErrNotFound)
+	_, err = b.Discard(bg, "poison-"+tenantA+"-1")
+	require.ErrorIs(t, err, outbox.ErrNotFound)
+
+	// A later message of B on the key is not held either; discarding A's dead letter releases A's key.
+	_, err = w.ob.Stage(ctxFor(tenantB), outbox.Message{ID: tenantB + "-3", Topic: "accounts", PartitionKey: "acc-1"})
+	require.NoError(t, err)
+	n, err := w.ob.Tenant(tenantA).Discard(bg, "poison-"+tenantA+"-1")
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+	res, err = relay.Drain(bg, w.broker)
+	require.NoError(t, err)
+	require.Equal(t, outbox.DrainResult{Published: 2}, res)
+	st, err = w.ob.AllTenants().Stats(bg)
+	require.NoError(t, err)
+	require.Equal(t, outbox.Stats{Sent: 5}, trimStats(st), "four published and one discarded")
+}
+
 // A projection confined to one tenant (Config.Tenants) applies and parks only that tenant's events; its
 // checkpoint and parked events say nothing of the other tenants.
 func TestTenantScopedProjection(t *testing.T) {

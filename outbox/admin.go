@@ -223,8 +223,9 @@ func (a *Admin) move(ctx context.Context, op, query string, ids []string, releas
 }
 
 // moveDead runs a redrive or discard statement and returns how many dead letters it moved and their message IDs.
-// A discarded dead letter that held its key releases it: the key's first waiting message is promoted, under the
-// key's counter lock so a message being parked by a concurrent staging transaction is not missed. A redriven one
+// A discarded dead letter that held its key (its tenant's key: another tenant's messages of the same key never wait
+// for it) releases it: the key's first waiting message is promoted, under the key's counter lock so a message being
+// parked by a concurrent staging transaction is not missed. A redriven one
 // keeps its place at the head of its key and needs none.
 func (a *Admin) moveDead(ctx context.Context, query string, ids []string, release bool) (int, map[string]struct{},
 	error) {
@@ -245,17 +246,17 @@ func (a *Admin) moveDead(ctx context.Context, query string, ids []string, releas
 		var keys []string
 		for rows.Next() {
 			var (
-				id, key string
-				holds   bool
+				id, tenant, key string
+				holds           bool
 			)
-			if err := rows.Scan(&id, &key, &holds); err != nil {
+			if err := rows.Scan(&id, &tenant, &key, &holds); err != nil {
 				rows.Close()
 				return err
 			}
 			n++
 			moved[id] = struct{}{}
 			if holds {
-				keys = append(keys, key)
+				keys = append(keys, keyRef(tenant, key))
 			}
 		}
 		rows.Close()

@@ -189,7 +189,7 @@ type subscription struct {
 
 	mu            sync.Mutex
 	queue         []*unit
-	keys          map[string]*unit    // partition keys with rows held here (queued or being delivered)
+	keys          map[string]*unit    // keys (keyRef) with rows held here (queued or delivered)
 	held          map[int64]*row      // every row leased here and not yet resolved in the database
 	pending       int                 // rows queued or being delivered (not yet acknowledged)
 	acks          []*row              // acknowledged rows waiting for their mark
@@ -466,12 +466,12 @@ func (s *subscription) enqueue(rows []*row) {
 			s.queue = append(s.queue, &unit{rows: []*row{rw}})
 			continue
 		}
-		if u, ok := s.keys[rw.partitionKey]; ok {
+		if u, ok := s.keys[rw.keyRef()]; ok {
 			u.rows = append(u.rows, rw)
 			continue
 		}
-		u := &unit{key: rw.partitionKey, rows: []*row{rw}}
-		s.keys[rw.partitionKey] = u
+		u := &unit{key: rw.keyRef(), rows: []*row{rw}}
+		s.keys[u.key] = u
 		s.queue = append(s.queue, u)
 	}
 	kick(s.work)
@@ -678,8 +678,8 @@ func (s *subscription) rejected(rw *row, u *unit, cause error) bool {
 	}
 	promote := goOn && rw.ordered() && s.finished(u)
 	if promote {
-		b.Queue(s.q.lockKeys, []string{rw.partitionKey})
-		b.Queue(s.q.promote, []string{rw.partitionKey}, now)
+		b.Queue(s.q.lockKeys, []string{rw.keyRef()})
+		b.Queue(s.q.promote, []string{rw.keyRef()}, now)
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(s.ctx), 30*time.Second)
 	var moved int64
@@ -694,7 +694,7 @@ func (s *subscription) rejected(rw *row, u *unit, cause error) bool {
 		}
 		locked, err := lockedKeys(res) // goOn: nothing was released
 		if err == nil {
-			s.promoteLaterExcept([]string{rw.partitionKey}, locked)
+			s.promoteLaterExcept([]string{rw.keyRef()}, locked)
 		}
 		return err
 	})
@@ -891,13 +891,12 @@ func lockedKeys(res pgx.BatchResults) ([]string, error) {
 	return pgx.CollectRows(rows, pgx.RowTo[string])
 }
 
-// orderedKeys returns the distinct partition keys of the ordered rows that end their run, sorted (the order
-// counters are locked in).
+// orderedKeys returns the distinct keys (keyRef) of the ordered rows that end their run, sorted.
 func orderedKeys(rows []*row) []string {
 	var keys []string
 	for _, rw := range rows {
 		if rw.ordered() && rw.lastOfRun {
-			keys = append(keys, rw.partitionKey)
+			keys = append(keys, rw.keyRef())
 		}
 	}
 	slices.Sort(keys)
@@ -1017,8 +1016,8 @@ func (s *subscription) releaseAll() {
 	for rid, rw := range s.held {
 		held = append(held, rid)
 		if rw.ordered() {
-			if f, ok := first[rw.partitionKey]; !ok || *rw.seq < *f.seq {
-				first[rw.partitionKey] = rw
+			if f, ok := first[rw.keyRef()]; !ok || *rw.seq < *f.seq {
+				first[rw.keyRef()] = rw
 			}
 		}
 	}

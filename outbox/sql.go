@@ -1,6 +1,7 @@
 package outbox
 
 import (
+	"encoding/json"
 	"fmt"
 	"strings"
 
@@ -10,7 +11,8 @@ import (
 )
 
 // queries holds every statement of the package, qualified with the configured schema. The table layout and the
-// reasons for it are in internal/migrate/sql/010_outbox.sql and 011_inbox.sql.
+// reasons for it are in internal/migrate/sql/010_outbox.sql and 011_inbox.sql; 025_outbox_tenant_keys.sql makes
+// per-key order per (tenant, partition key).
 type queries struct {
 	schema      string
 	tableOutbox string // the outbox table, qualified
@@ -47,9 +49,10 @@ func newQueries(schema string) queries {
 	q := queries{
 		schema:      schema,
 		tableOutbox: t("outbox"),
-		// Stage, first statement: lock (and advance) the counter of every ordered key, in sorted order. The lock is
-		// held until the staging transaction ends, so a later committer of the same key gets higher numbers:
-		// sequence order is staging-commit order.
+		// Stage, first statement: lock (and advance) the counter of every ordered (tenant, key), in sorted order
+		// (bytewise, as lockKeysWait locks them). The lock is held until the staging transaction ends, so a later
+		// committer of the same key gets higher numbers: sequence order is staging-commit order. A key is one
+		// tenant's: another tenant's messages of the same key have their own counter and order.
 		// Settings for the implicit transaction of each of the relay's own batches:
 		//   - Index access only (enable_seqscan, enable_bitmapscan off). Every statement here is built around an
 		//     index walk that stops early (oldest due rows, the first row of a key, a key's run), which only pays
@@ -76,9 +79,9 @@ func newQueries(schema string) queries {
     set_config('enable_bitmapscan', current_setting('stagehand.enable_bitmapscan'), true)`,
 
 		stageKeys: `
-INSERT INTO {keys} AS k (partition_key, last_seq)
-SELECT * FROM unnest($1::text[], $2::bigint[])
-ON CONFLICT (partition_key) DO UPDATE SET last_seq = k.last_seq + EXCLUDED.last_seq`,
+INSERT INTO {keys} AS k (tenant_id, partition_key, last_seq)
+SELECT * FROM unnest($1::text[], $2::text[], $3::bigint[])
+ON CONFLICT (tenant_id, partition_key) DO UPDATE SET last_seq = k.last_seq + EXCLUDED.last_seq`,
 
 		// Stage, second statement (its snapshot is taken after the counters are locked, so it sees every earlier
 		// staging of these keys): number ordered messages after their counter and insert every message whose
@@ -92,15 +95,18 @@ WITH input AS (
              partition_key, source_position, scheduled_at, key_index, key_count)
 ), numbered AS (
     SELECT i.*, k.last_seq - i.key_count + i.key_index AS seq
-    FROM input i LEFT JOIN {keys} k ON i.key_index IS NOT NULL AND k.partition_key = i.partition_key
+    FROM input i LEFT JOIN {keys} k
+        ON i.key_index IS NOT NULL AND k.tenant_id = i.tenant_id AND k.partition_key = i.partition_key
 )
 INSERT INTO {outbox} (message_id, message_type, topic, payload, metadata, tenant_id, correlation_id, causation_id,
     partition_key, seq, source_position, scheduled_at, next_attempt_at, created_at)
 SELECT n.message_id, n.message_type, n.topic, n.payload, n.metadata::jsonb, n.tenant_id, n.correlation_id,
     n.causation_id, n.partition_key, n.seq, n.source_position, n.scheduled_at,
     CASE WHEN n.seq IS NOT NULL AND (n.key_index > 1
-              OR EXISTS (SELECT 1 FROM {outbox} p WHERE p.partition_key = n.partition_key AND p.seq < n.seq)
-              OR EXISTS (SELECT 1 FROM {dead} d WHERE d.holds_key AND d.partition_key = n.partition_key))
+              OR EXISTS (SELECT 1 FROM {outbox} p
+                         WHERE p.tenant_id = n.tenant_id AND p.partition_key = n.partition_key AND p.seq < n.seq)
+              OR EXISTS (SELECT 1 FROM {dead} d
+                         WHERE d.holds_key AND d.tenant_id = n.tenant_id AND d.partition_key = n.partition_key))
          THEN 'infinity'::timestamptz
          ELSE coalesce(n.scheduled_at, $14) END,
     $14
@@ -137,17 +143,19 @@ RETURNING message_id`,
 		// concurrent update is followed to its new version. Lease updates touch no indexed column (HOT).
 		claim: `
 WITH {fence,}heads AS (
-    SELECT o.ctid, o.partition_key, o.seq, row_number() OVER (ORDER BY o.next_attempt_at) AS hn
+    SELECT o.ctid, o.tenant_id, o.partition_key, o.seq, row_number() OVER (ORDER BY o.next_attempt_at) AS hn
     FROM (
-        SELECT o.ctid, o.partition_key, o.seq, o.next_attempt_at
+        SELECT o.ctid, o.tenant_id, o.partition_key, o.seq, o.next_attempt_at
         FROM {outbox} o
         WHERE o.next_attempt_at <= $1 AND o.next_attempt_at < 'infinity'
           AND (o.lease_expires_at IS NULL OR o.lease_expires_at <= $1{takeover})
           AND ($5::text[] IS NULL OR o.topic = ANY($5)){partition}{fenced}
           AND (o.seq IS NULL OR (
-              NOT EXISTS (SELECT 1 FROM {outbox} p WHERE p.partition_key = o.partition_key AND p.seq < o.seq)
+              NOT EXISTS (SELECT 1 FROM {outbox} p
+                          WHERE p.tenant_id = o.tenant_id AND p.partition_key = o.partition_key AND p.seq < o.seq)
               AND NOT EXISTS (SELECT 1 FROM {dead} d
-                              WHERE d.holds_key AND d.partition_key = o.partition_key AND d.seq < o.seq)))
+                              WHERE d.holds_key AND d.tenant_id = o.tenant_id AND d.partition_key = o.partition_key
+                                AND d.seq < o.seq)))
         ORDER BY o.next_attempt_at
         LIMIT $2
         FOR UPDATE SKIP LOCKED
@@ -157,7 +165,7 @@ WITH {fence,}heads AS (
     CROSS JOIN LATERAL (
         SELECT p.ctid, row_number() OVER (ORDER BY p.seq) AS rank
         FROM {outbox} p
-        WHERE p.partition_key = h.partition_key AND p.seq > h.seq
+        WHERE p.tenant_id = h.tenant_id AND p.partition_key = h.partition_key AND p.seq > h.seq
         ORDER BY p.seq
         LIMIT $6
     ) t
@@ -239,7 +247,7 @@ WITH gone AS (
     FROM gone
     RETURNING message_id
 )
-SELECT g.message_id, g.partition_key, g.holds_key FROM gone g`,
+SELECT g.message_id, g.tenant_id, g.partition_key, g.holds_key FROM gone g`,
 
 		// Discard: drop dead letters, keeping their IDs in the ledger so re-staging them publishes nothing.
 		discard: `
@@ -252,50 +260,71 @@ WITH gone AS (
     FROM gone
     ON CONFLICT (message_id, topic) DO NOTHING
 )
-SELECT g.message_id, g.partition_key, g.holds_key FROM gone g`,
+SELECT g.message_id, g.tenant_id, g.partition_key, g.holds_key FROM gone g`,
 
 		// Lock key counters without waiting: a key whose counter a staging transaction holds is skipped (and
 		// promoted again later), because that transaction may be parking a message this promotion cannot see yet.
+		// Keys are key references (keyRef: a tenant's partition key); the locked ones are returned as given.
+		// Locked in bytewise order, as staging locks them.
 		lockKeys: `
-SELECT partition_key FROM {keys} WHERE partition_key = ANY($1) ORDER BY partition_key FOR UPDATE SKIP LOCKED`,
+SELECT k.ref FROM (
+    SELECT r.ref, r.ref::jsonb->>0 AS tenant_id, r.ref::jsonb->>1 AS partition_key FROM unnest($1::text[]) AS r(ref)
+) k
+JOIN {keys} c ON c.tenant_id = k.tenant_id AND c.partition_key = k.partition_key
+ORDER BY c.tenant_id COLLATE "C", c.partition_key COLLATE "C"
+FOR UPDATE OF c SKIP LOCKED`,
 		lockKeysWait: `
-SELECT partition_key FROM {keys} WHERE partition_key = ANY($1) ORDER BY partition_key FOR UPDATE`,
+SELECT k.ref FROM (
+    SELECT r.ref, r.ref::jsonb->>0 AS tenant_id, r.ref::jsonb->>1 AS partition_key FROM unnest($1::text[]) AS r(ref)
+) k
+JOIN {keys} c ON c.tenant_id = k.tenant_id AND c.partition_key = k.partition_key
+ORDER BY c.tenant_id COLLATE "C", c.partition_key COLLATE "C"
+FOR UPDATE OF c`,
 
-		// Promote: make the first pending message of each key due, when it is parked and no dead letter holds the
-		// key. The rows are found first, one index probe per key, then updated by key: every statement that
-		// updates a set it computes is written this way, so that no plan (on a queue table the planner's row
+		// Promote: make the first pending message of each key (a keyRef) due, when it is parked and no dead letter
+		// holds the key. The rows are found first, one index probe per key, then updated by key: every statement
+		// that updates a set it computes is written this way, so that no plan (on a queue table the planner's row
 		// estimates are often wrong by orders of magnitude) can drive the computation from the table side.
 		promote: `
 UPDATE {outbox} SET next_attempt_at = $2
 WHERE next_attempt_at = 'infinity' AND id = ANY (ARRAY(
-    SELECT h.id FROM unnest($1::text[]) AS k(partition_key)
+    SELECT h.id FROM unnest($1::text[]) AS r(ref)
+    CROSS JOIN LATERAL (SELECT r.ref::jsonb->>0 AS tenant_id, r.ref::jsonb->>1 AS partition_key) k
     CROSS JOIN LATERAL (
         SELECT p.id, p.seq, p.next_attempt_at FROM {outbox} p
-        WHERE p.partition_key = k.partition_key AND p.seq IS NOT NULL ORDER BY p.seq LIMIT 1
+        WHERE p.tenant_id = k.tenant_id AND p.partition_key = k.partition_key AND p.seq IS NOT NULL
+        ORDER BY p.seq LIMIT 1
     ) h
     WHERE h.next_attempt_at = 'infinity'
       AND NOT EXISTS (SELECT 1 FROM {dead} d
-                      WHERE d.holds_key AND d.partition_key = k.partition_key AND d.seq < h.seq)))`,
+                      WHERE d.holds_key AND d.tenant_id = k.tenant_id AND d.partition_key = k.partition_key
+                        AND d.seq < h.seq)))`,
 
 		// Sweep: promote where a promotion was missed (a relay that died between a mark and a retried
-		// promotion). Visits each key with parked messages once (a skip scan), not each parked message.
+		// promotion). Visits each (tenant, key) with parked messages once (a skip scan), not each parked message.
 		sweep: `
-WITH RECURSIVE parked(partition_key) AS (
-    (SELECT partition_key FROM {outbox} WHERE next_attempt_at = 'infinity' ORDER BY partition_key LIMIT 1)
+WITH RECURSIVE parked(tenant_id, partition_key) AS (
+    (SELECT tenant_id, partition_key FROM {outbox} WHERE next_attempt_at = 'infinity'
+     ORDER BY tenant_id, partition_key LIMIT 1)
     UNION ALL
-    SELECT (SELECT o.partition_key FROM {outbox} o
-            WHERE o.next_attempt_at = 'infinity' AND o.partition_key > parked.partition_key
-            ORDER BY o.partition_key LIMIT 1)
-    FROM parked WHERE parked.partition_key IS NOT NULL
+    SELECT n.tenant_id, n.partition_key FROM parked
+    CROSS JOIN LATERAL (
+        SELECT o.tenant_id, o.partition_key FROM {outbox} o
+        WHERE o.next_attempt_at = 'infinity'
+          AND (o.tenant_id, o.partition_key) > (parked.tenant_id, parked.partition_key)
+        ORDER BY o.tenant_id, o.partition_key LIMIT 1
+    ) n
 ), heads AS (
     SELECT h.id FROM parked
     CROSS JOIN LATERAL (
-        SELECT p.id, p.partition_key, p.seq, p.next_attempt_at FROM {outbox} p
-        WHERE p.partition_key = parked.partition_key AND p.seq IS NOT NULL ORDER BY p.seq LIMIT 1
+        SELECT p.id, p.seq, p.next_attempt_at FROM {outbox} p
+        WHERE p.tenant_id = parked.tenant_id AND p.partition_key = parked.partition_key AND p.seq IS NOT NULL
+        ORDER BY p.seq LIMIT 1
     ) h
-    WHERE parked.partition_key IS NOT NULL AND h.next_attempt_at = 'infinity'
-      AND NOT EXISTS (SELECT 1 FROM {dead} d WHERE d.holds_key AND d.partition_key = h.partition_key
-                      AND d.seq < h.seq)
+    WHERE h.next_attempt_at = 'infinity'
+      AND NOT EXISTS (SELECT 1 FROM {dead} d
+                      WHERE d.holds_key AND d.tenant_id = parked.tenant_id AND d.partition_key = parked.partition_key
+                        AND d.seq < h.seq)
 )
 UPDATE {outbox} SET next_attempt_at = $1
 WHERE next_attempt_at = 'infinity' AND id = ANY (ARRAY(SELECT id FROM heads))
@@ -450,4 +479,25 @@ func (q *queries) relay(fenced bool, partitioned bool, by PartitionBy) relayStat
 	st.extend = build(q.extend, 3, false)
 	st.deadLetter = build(q.deadLetter, 5, false)
 	return st
+}
+
+// keyRef names one tenant's partition key in the key arrays of the lockKeys, lockKeysWait and promote statements:
+// the JSON array [tenant, key], which the statements take apart. Per-key order is per (tenant, key), since two
+// tenants may use the same key (stream IDs are unique only within a tenant).
+func keyRef(tenant, key string) string {
+	return "[" + jsonString(tenant) + "," + jsonString(key) + "]"
+}
+
+// keyRef is the row's key reference (see keyRef), for ordered rows.
+func (r *row) keyRef() string { return keyRef(r.tenant, r.partitionKey) }
+
+// jsonString quotes s as a JSON string, without allocating beyond the result when nothing needs escaping.
+func jsonString(s string) string {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c == '"' || c == '\\' {
+			b, _ := json.Marshal(s) // a string always marshals
+			return string(b)
+		}
+	}
+	return `"` + s + `"`
 }

@@ -56,7 +56,7 @@ func (o *Outbox) StageTx(ctx context.Context, db DB, msgs ...Message) (int, erro
 	b := &pgx.Batch{}
 	b.Queue(o.q.stageSettings)
 	if len(a.keys) > 0 {
-		b.Queue(o.q.stageKeys, a.keys, a.counts)
+		b.Queue(o.q.stageKeys, a.keyTenants, a.keys, a.counts)
 	}
 	b.Queue(o.q.stage, a.args...)
 	b.Queue(o.q.stageRecheck, a.ids, a.topics)
@@ -101,12 +101,14 @@ func countRows(res pgx.BatchResults) (int, error) {
 type stageArgs struct {
 	args        []any
 	ids, topics []string
-	keys        []string // distinct ordered keys, sorted (the order their counters are locked in)
-	counts      []int64
+	// The distinct ordered (tenant, key) pairs, sorted by tenant then key (the order their counters are locked
+	// in), and how many messages each numbers.
+	keyTenants, keys []string
+	counts           []int64
 }
 
 // stageArgs validates msgs, fills defaults from ctx, drops repeated (ID, topic) pairs (the first wins) and numbers
-// the ordered messages within their key.
+// the ordered messages within their key (a key is one tenant's: see keyRef).
 func (o *Outbox) stageArgs(ctx context.Context, msgs []Message) (stageArgs, error) {
 	n := len(msgs)
 	var (
@@ -119,7 +121,7 @@ func (o *Outbox) stageArgs(ctx context.Context, msgs []Message) (stageArgs, erro
 		keyIndex  = make([]*int64, 0, n)
 		keyCount  = make([]*int64, 0, n)
 		seen      = make(map[[2]string]struct{}, n)
-		perKey    = map[string]int64{}
+		perKey    = map[tenantKey]int64{}
 		traceCtx  = traceHeaders(ctx)
 	)
 	for i := range msgs {
@@ -151,7 +153,8 @@ func (o *Outbox) stageArgs(ctx context.Context, msgs []Message) (stageArgs, erro
 		topics = append(topics, m.Topic)
 		payloads = append(payloads, payload)
 		metas = append(metas, meta)
-		tenants = append(tenants, stagehand.NormalizeTenant(tenant))
+		tenant = stagehand.NormalizeTenant(tenant)
+		tenants = append(tenants, tenant)
 		corrs = append(corrs, firstNonEmpty(m.CorrelationID, stagehand.CorrelationIDFrom(ctx)))
 		causes = append(causes, firstNonEmpty(m.CausationID, stagehand.CausationIDFrom(ctx)))
 		keys = append(keys, m.PartitionKey)
@@ -169,8 +172,9 @@ func (o *Outbox) stageArgs(ctx context.Context, msgs []Message) (stageArgs, erro
 		scheduled = append(scheduled, sched)
 		var idx *int64
 		if m.PartitionKey != "" && sched == nil {
-			perKey[m.PartitionKey]++
-			v := perKey[m.PartitionKey]
+			tk := tenantKey{tenant, m.PartitionKey}
+			perKey[tk]++
+			v := perKey[tk]
 			idx = &v
 		}
 		keyIndex = append(keyIndex, idx)
@@ -178,7 +182,7 @@ func (o *Outbox) stageArgs(ctx context.Context, msgs []Message) (stageArgs, erro
 	for i, k := range keys {
 		var c *int64
 		if keyIndex[i] != nil {
-			v := perKey[k]
+			v := perKey[tenantKey{tenants[i], k}]
 			c = &v
 		}
 		keyCount = append(keyCount, c)
@@ -188,15 +192,26 @@ func (o *Outbox) stageArgs(ctx context.Context, msgs []Message) (stageArgs, erro
 			keyCount, o.now()},
 		ids: ids, topics: topics,
 	}
+	sorted := make([]tenantKey, 0, len(perKey))
 	for k := range perKey {
-		a.keys = append(a.keys, k)
+		sorted = append(sorted, k)
 	}
-	slices.Sort(a.keys)
-	for _, k := range a.keys {
+	slices.SortFunc(sorted, func(x, y tenantKey) int {
+		if c := strings.Compare(x.tenant, y.tenant); c != 0 {
+			return c
+		}
+		return strings.Compare(x.key, y.key)
+	})
+	for _, k := range sorted {
+		a.keyTenants = append(a.keyTenants, k.tenant)
+		a.keys = append(a.keys, k.key)
 		a.counts = append(a.counts, perKey[k])
 	}
 	return a, nil
 }
+
+// tenantKey is one tenant's partition key: the unit of per-key order.
+type tenantKey struct{ tenant, key string }
 
 // Publisher returns a Watermill message.Publisher that stages every published message into db. Bound to a pgx.Tx,
 // Publish(topic, msgs...) inside a business transaction stages rows that commit or roll back with it; call Notify
