@@ -420,6 +420,54 @@ func TestTenantSameKeyWithDeadLetter(t *testing.T) {
 	require.Equal(t, outbox.Stats{Sent: 5}, trimStats(st), "four published and one discarded")
 }
 
+// Message IDs are only unique within a tenant: the same ID staged by two tenants is two messages. Both are staged,
+// both published, and both handled by the inbox (neither skipped as the other's duplicate); a redelivery of either
+// is still skipped.
+func TestTenantSameMessageID(t *testing.T) {
+	t.Parallel()
+	w := newTenancyWorld(t)
+	bg := context.Background()
+	for _, tenant := range tenants {
+		n, err := w.ob.Stage(ctxFor(tenant), outbox.Message{ID: "same", Topic: "orders", Payload: []byte(tenant)})
+		require.NoError(t, err)
+		require.Equal(t, 1, n, tenant)
+	}
+	relay, err := w.ob.NewRelay(nil)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = relay.Close() })
+	res, err := relay.Drain(bg, w.broker)
+	require.NoError(t, err)
+	require.Equal(t, outbox.DrainResult{Published: 3}, res)
+	published := w.broker.published()
+	require.Len(t, published, 3)
+
+	var mu sync.Mutex
+	handled := map[string]string{} // tenant -> payload
+	handler := w.inbox.Handler("orders", func(ctx context.Context, _ pgx.Tx, _ *outbox.Publisher,
+		msg *message.Message) error {
+		mu.Lock()
+		defer mu.Unlock()
+		handled[stagehand.TenantFrom(ctx)] += string(msg.Payload)
+		return nil
+	})
+	for range 2 {
+		for _, m := range published {
+			require.Equal(t, "same", m.UUID)
+			require.NoError(t, handler(m))
+		}
+	}
+	require.Equal(t, map[string]string{tenantA: tenantA, tenantB: tenantB, stagehand.NoTenant: stagehand.NoTenant},
+		handled, "each tenant's message handled once")
+	for _, tenant := range tenants {
+		st, err := w.ob.Tenant(tenant).Stats(bg)
+		require.NoError(t, err)
+		require.Equal(t, outbox.Stats{Sent: 1}, trimStats(st), tenant)
+		ist, err := w.ob.Tenant(tenant).InboxStats(bg)
+		require.NoError(t, err)
+		require.EqualValues(t, 1, ist.Handled, tenant)
+	}
+}
+
 // A projection confined to one tenant (Config.Tenants) applies and parks only that tenant's events; its
 // checkpoint and parked events say nothing of the other tenants.
 func TestTenantScopedProjection(t *testing.T) {

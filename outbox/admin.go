@@ -17,6 +17,10 @@ import (
 // (Outbox.AllTenants) or a single one (Outbox.Tenant). The estate-wide scope is reached by that method's name,
 // never by a wildcard tenant value, so a tenant that flowed in from a request cannot widen an operation (seed 003,
 // "Administrative operations reach every tenant").
+//
+// A message is identified by (tenant, message ID, topic), and an inbox entry by (tenant, message ID, handler): two
+// tenants may use the same message ID. The operations that take a message ID act, in a tenant's scope, on that
+// tenant's message alone, and estate-wide on every tenant's message with that ID.
 type Admin struct {
 	o      *Outbox
 	tenant *string // nil: every tenant
@@ -90,7 +94,8 @@ type ListOptions struct {
 	Limit int
 	// Topic keeps only the dead letters of one topic. Default: all.
 	Topic string
-	// ID keeps only the dead letters with this message ID (one per topic it was staged for). Default: all.
+	// ID keeps only the dead letters with this message ID (one per topic it was staged for, and estate-wide per
+	// tenant that staged it). Default: all.
 	ID string
 	// After continues after the last item of the previous page (zero: from the start).
 	After *DeadLetter
@@ -108,11 +113,13 @@ func (a *Admin) DeadLetters(ctx context.Context, opts ListOptions) ([]DeadLetter
 	if opts.ID != "" {
 		id = &opts.ID
 	}
-	afterAt, afterID, afterTopic := time.Time{}, "", ""
+	afterAt, afterID, afterTopic, afterTenant := time.Time{}, "", "", ""
 	if opts.After != nil {
-		afterAt, afterID, afterTopic = opts.After.DeadAt, opts.After.ID, opts.After.Topic
+		afterAt, afterID, afterTopic, afterTenant = opts.After.DeadAt, opts.After.ID, opts.After.Topic,
+			opts.After.Tenant
 	}
-	rows, err := a.o.pool.Query(ctx, a.o.q.listDead, a.tenant, topic, id, afterAt, afterID, afterTopic, opts.Limit)
+	rows, err := a.o.pool.Query(ctx, a.o.q.listDead, a.tenant, topic, id, afterAt, afterID, afterTopic, opts.Limit,
+		afterTenant)
 	if err != nil {
 		return nil, fmt.Errorf("outbox: list dead letters: %w", err)
 	}
@@ -124,7 +131,8 @@ func (a *Admin) DeadLetters(ctx context.Context, opts ListOptions) ([]DeadLetter
 }
 
 // DeadLetter returns the dead letter of the scope with message ID id, or an error matching ErrNotFound. When the
-// same ID was staged for several topics it returns the oldest; ListOptions.ID lists them all.
+// same ID was staged for several topics (or, estate-wide, by several tenants) it returns the oldest;
+// ListOptions.ID lists them all.
 func (a *Admin) DeadLetter(ctx context.Context, id string) (DeadLetter, error) {
 	rows, err := a.o.pool.Query(ctx, a.o.q.getDead, id, a.tenant)
 	if err != nil {
@@ -183,7 +191,8 @@ func (e *UnknownIDsError) Is(target error) bool { return target == ErrNotFound }
 
 // Redrive moves the dead letters of the scope with the given message IDs (for every topic) back into the outbox,
 // due now with a fresh attempt count, and releases the messages their keys were holding (they follow the redriven
-// message, in order). It returns how many dead letters it moved (one per topic a message was dead-lettered on).
+// message, in order). It returns how many dead letters it moved (one per topic a message was dead-lettered on and,
+// estate-wide, per tenant whose message has the ID).
 //
 // IDs without a dead letter in the scope do not stop the others: the known ones are moved all the same, and the
 // error is an *UnknownIDsError (errors.Is(err, ErrNotFound)) naming the unknown ones. Any other error means nothing
@@ -470,12 +479,13 @@ func (a *Admin) InboxDeadLetters(ctx context.Context, opts InboxListOptions) ([]
 		handler = &opts.Handler
 	}
 	var afterAt time.Time
-	var afterID, afterHandler string
+	var afterID, afterHandler, afterTenant string
 	if opts.After != nil {
-		afterAt, afterID, afterHandler = opts.After.DeadAt, opts.After.MessageID, opts.After.Handler
+		afterAt, afterID, afterHandler, afterTenant = opts.After.DeadAt, opts.After.MessageID, opts.After.Handler,
+			opts.After.Tenant
 	}
 	rows, err := a.o.pool.Query(ctx, a.o.q.inboxListDead, a.tenant, handler, afterAt, afterID, afterHandler,
-		opts.Limit)
+		opts.Limit, afterTenant)
 	if err != nil {
 		return nil, fmt.Errorf("outbox: inbox dead letters: %w", err)
 	}
@@ -491,8 +501,9 @@ func (a *Admin) InboxDeadLetters(ctx context.Context, opts InboxListOptions) ([]
 	return out, nil
 }
 
-// DiscardInboxDeadLetter deletes one inbox dead letter of the scope. The inbox entry stays, so redeliveries of
-// the message are still skipped until cleanup. It returns ErrNotFound when there is no such dead letter.
+// DiscardInboxDeadLetter deletes the inbox dead letter of the scope for (handler, messageID): the scope tenant's,
+// or estate-wide every tenant's with that message ID. The inbox entry stays, so redeliveries of the message are
+// still skipped until cleanup. It returns ErrNotFound when there is no such dead letter.
 func (a *Admin) DiscardInboxDeadLetter(ctx context.Context, handler, messageID string) error {
 	tag, err := a.o.pool.Exec(ctx, a.o.q.inboxRm, messageID, handler, a.tenant)
 	if err != nil {

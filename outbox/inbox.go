@@ -47,8 +47,10 @@ type InboxConfig struct {
 	MeterProvider metric.MeterProvider
 }
 
-// Inbox makes Watermill handlers idempotent: each message is handled at most once per (message ID, handler name)
-// when the handler writes its effects in the transaction the inbox gives it.
+// Inbox makes Watermill handlers idempotent: each message is handled at most once per (tenant, message ID, handler
+// name) when the handler writes its effects in the transaction the inbox gives it. The tenant is the message's
+// stagehand.HeaderTenantID metadata value (stagehand.NoTenant when absent): message IDs are only unique within a
+// tenant, so another tenant's message with the same ID is handled, not skipped as a duplicate.
 type Inbox struct {
 	o           *Outbox
 	maxAttempts int
@@ -105,11 +107,11 @@ func Permanent(err error) error {
 }
 
 // Handler wraps h for a Watermill router (router.AddConsumerHandler). For every message it opens a transaction,
-// records (message ID, name) in the inbox under a unique constraint, and runs h unless the message was already
-// handled, then commits; a duplicate delivered concurrently waits for the first and is skipped. When h fails the
-// transaction rolls back and the error is returned, so the router nacks and the message is redelivered; after
-// MaxAttempts failures (or at once for a Permanent error) the message goes to the inbox dead letters with its error
-// and is acknowledged. name must be stable: it is part of the key.
+// records (tenant, message ID, name) in the inbox under a unique constraint, and runs h unless the message was
+// already handled, then commits; a duplicate delivered concurrently waits for the first and is skipped. When h
+// fails the transaction rolls back and the error is returned, so the router nacks and the message is redelivered;
+// after MaxAttempts failures (or at once for a Permanent error) the message goes to the inbox dead letters with its
+// error and is acknowledged. name must be stable: it is part of the key.
 //
 // Every run is traced as a stagehand.inbox.handle span, the child of the trace context in the message's metadata,
 // with its outcome (handled, duplicate, failed, dead_lettered); h's ctx carries it, so the handler's own spans and
@@ -232,7 +234,7 @@ func (i *Inbox) run(ctx context.Context, name, tenant, msgType string, msg *mess
 	if err := callHandler(ctx, h, tx, out, msg); err != nil {
 		return 0, false, err
 	}
-	if _, err := tx.Exec(ctx, i.o.q.inboxClearAttempts, msg.UUID, name); err != nil {
+	if _, err := tx.Exec(ctx, i.o.q.inboxClearAttempts, msg.UUID, name, tenant); err != nil {
 		return 0, false, fmt.Errorf("outbox: inbox clear attempts: %w", err)
 	}
 	if err := tx.Commit(ctx); err != nil {
@@ -274,7 +276,7 @@ func (i *Inbox) failed(ctx context.Context, name, tenant, msgType string, msg *m
 		b.Queue(i.o.q.inboxDeadLetter, msg.UUID, name, tenant, msgType, topic, []byte(msg.Payload), meta, attempts,
 			truncateError(cause), now)
 		b.Queue(i.o.q.inboxMarkDead, msg.UUID, name, tenant, msgType, now)
-		b.Queue(i.o.q.inboxClearAttempts, msg.UUID, name)
+		b.Queue(i.o.q.inboxClearAttempts, msg.UUID, name, tenant)
 		return tx.SendBatch(ctx, b).Close()
 	})
 	if err != nil {

@@ -331,7 +331,7 @@ func TestStatisticsAndCleanup(t *testing.T) {
 	require.NoError(t, err)
 	require.EqualValues(t, 2, deleted, "sent-10 (below 20) and sent-none (no position), one per batch")
 	require.EqualValues(t, 2, e.count("outbox_sent"))
-	n, err = e.ob.Stage(ctx, outbox.Message{ID: "sent-20", Topic: "t", SourcePosition: 20})
+	n, err = e.ob.Stage(acme, outbox.Message{ID: "sent-20", Topic: "t", SourcePosition: 20})
 	require.NoError(t, err)
 	require.Zero(t, n, "an ID at the watermark stays known: re-staging it publishes nothing")
 

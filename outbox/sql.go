@@ -12,7 +12,8 @@ import (
 
 // queries holds every statement of the package, qualified with the configured schema. The table layout and the
 // reasons for it are in internal/migrate/sql/010_outbox.sql and 011_inbox.sql; 025_outbox_tenant_keys.sql makes
-// per-key order per (tenant, partition key).
+// per-key order per (tenant, partition key) and 026_tenant_message_identity.sql makes a message's identity
+// (tenant, message ID, topic) in the outbox and (tenant, message ID, handler) in the inbox.
 type queries struct {
 	schema      string
 	tableOutbox string // the outbox table, qualified
@@ -85,7 +86,7 @@ ON CONFLICT (tenant_id, partition_key) DO UPDATE SET last_seq = k.last_seq + EXC
 
 		// Stage, second statement (its snapshot is taken after the counters are locked, so it sees every earlier
 		// staging of these keys): number ordered messages after their counter and insert every message whose
-		// (ID, topic) is not already pending, sent or dead-lettered. An ordered message with an earlier pending
+		// (tenant, ID, topic) is not already pending, sent or dead-lettered. An ordered message with an earlier pending
 		// message of its key, or whose key a dead letter holds, is parked ('infinity') until promoted.
 		stage: `
 WITH input AS (
@@ -111,28 +112,32 @@ SELECT n.message_id, n.message_type, n.topic, n.payload, n.metadata::jsonb, n.te
          ELSE coalesce(n.scheduled_at, $14) END,
     $14
 FROM numbered n
-WHERE NOT EXISTS (SELECT 1 FROM {sent} s WHERE s.message_id = n.message_id AND s.topic = n.topic)
-  AND NOT EXISTS (SELECT 1 FROM {dead} d WHERE d.message_id = n.message_id AND d.topic = n.topic)
-ON CONFLICT (message_id, topic) DO NOTHING
+WHERE NOT EXISTS (SELECT 1 FROM {sent} s
+                  WHERE s.message_id = n.message_id AND s.topic = n.topic AND s.tenant_id = n.tenant_id)
+  AND NOT EXISTS (SELECT 1 FROM {dead} d
+                  WHERE d.message_id = n.message_id AND d.topic = n.topic AND d.tenant_id = n.tenant_id)
+ON CONFLICT (message_id, topic, tenant_id) DO NOTHING
 RETURNING message_id`,
 
 		// The recheck closes a race the statement above cannot see: its snapshot predates a relay's move of the
 		// same ID into the ledger (or the dead letters), whose delete then lets the insert through. A new statement
-		// sees the move and removes the duplicate before the staging transaction commits (READ COMMITTED). An
-		// (ID, topic) is never both pending and sent or dead-lettered once committed, so any row this finds is a
-		// duplicate of this transaction's making. Each staged (ID, topic) probes the ledger and the dead letters
+		// sees the move and removes the duplicate before the staging transaction commits (READ COMMITTED). A
+		// (tenant, ID, topic) is never both pending and sent or dead-lettered once committed, so any row this finds
+		// is a duplicate of this transaction's making. Each staged (tenant, ID, topic) probes the ledger and the
+		// dead letters
 		// (usually a miss, so nothing more), and only a hit looks the row up; the LATERAL joins fix that order
 		// whatever the planner estimates.
 		stageRecheck: `
 DELETE FROM {outbox} WHERE id = ANY (ARRAY(
-    SELECT o.id FROM unnest($1::text[], $2::text[]) AS k(message_id, topic)
+    SELECT o.id FROM unnest($1::text[], $2::text[], $3::text[]) AS k(message_id, topic, tenant_id)
     CROSS JOIN LATERAL (
-        SELECT 1 FROM {sent} s WHERE s.message_id = k.message_id AND s.topic = k.topic
+        SELECT 1 FROM {sent} s WHERE s.message_id = k.message_id AND s.topic = k.topic AND s.tenant_id = k.tenant_id
         UNION ALL
-        SELECT 1 FROM {dead} d WHERE d.message_id = k.message_id AND d.topic = k.topic
+        SELECT 1 FROM {dead} d WHERE d.message_id = k.message_id AND d.topic = k.topic AND d.tenant_id = k.tenant_id
         LIMIT 1) hit
     CROSS JOIN LATERAL (
-        SELECT o.id FROM {outbox} o WHERE o.message_id = k.message_id AND o.topic = k.topic) o))
+        SELECT o.id FROM {outbox} o
+        WHERE o.message_id = k.message_id AND o.topic = k.topic AND o.tenant_id = k.tenant_id) o))
 RETURNING message_id`,
 
 		// Claim: due, unleased rows that are the first pending message of their key (or unordered), oldest first,
@@ -196,7 +201,7 @@ WITH {fence,}done AS (
 )
 INSERT INTO {sent} (message_id, tenant_id, topic, message_type, source_position, attempts, created_at, sent_at)
 SELECT message_id, tenant_id, topic, message_type, source_position, attempts + 1, created_at, $3 FROM done
-ON CONFLICT (message_id, topic) DO NOTHING`,
+ON CONFLICT (message_id, topic, tenant_id) DO NOTHING`,
 
 		// Fail: count a rejected attempt and back the row off.
 		fail: `
@@ -258,7 +263,7 @@ WITH gone AS (
         outcome)
     SELECT message_id, tenant_id, topic, message_type, source_position, attempts, created_at, $3, 'discarded'
     FROM gone
-    ON CONFLICT (message_id, topic) DO NOTHING
+    ON CONFLICT (message_id, topic, tenant_id) DO NOTHING
 )
 SELECT g.message_id, g.tenant_id, g.partition_key, g.holds_key FROM gone g`,
 
@@ -336,15 +341,15 @@ SELECT message_id, tenant_id, message_type, topic, payload, metadata, correlatio
 FROM {dead}
 WHERE ($1::text IS NULL OR tenant_id = $1) AND ($2::text IS NULL OR topic = $2)
   AND ($3::text IS NULL OR message_id = $3)
-  AND (dead_at, message_id, topic) > ($4, $5, $6)
-ORDER BY dead_at, message_id, topic
+  AND (dead_at, message_id, topic, tenant_id) > ($4, $5, $6, $8)
+ORDER BY dead_at, message_id, topic, tenant_id
 LIMIT $7`,
 
 		getDead: `
 SELECT message_id, tenant_id, message_type, topic, payload, metadata, correlation_id, causation_id, partition_key,
     seq, source_position, scheduled_at, attempts, last_error, holds_key, created_at, dead_at
 FROM {dead} WHERE message_id = $1 AND ($2::text IS NULL OR tenant_id = $2)
-ORDER BY dead_at, topic
+ORDER BY dead_at, topic, tenant_id
 LIMIT 1`,
 
 		stats: `
@@ -378,24 +383,24 @@ RETURNING position`,
 
 		inboxClaim: `
 INSERT INTO {inbox} (message_id, handler, tenant_id, message_type, processed_at) VALUES ($1, $2, $3, $4, $5)
-ON CONFLICT (message_id, handler) DO NOTHING`,
+ON CONFLICT (message_id, handler, tenant_id) DO NOTHING`,
 		inboxAttempt: `
 INSERT INTO {inbox_attempts} AS a (message_id, handler, tenant_id, attempts, last_error, first_failed_at,
     last_failed_at)
 VALUES ($1, $2, $3, 1, $4, $5, $5)
-ON CONFLICT (message_id, handler) DO UPDATE
+ON CONFLICT (message_id, handler, tenant_id) DO UPDATE
 SET attempts = a.attempts + 1, last_error = EXCLUDED.last_error, last_failed_at = EXCLUDED.last_failed_at
 RETURNING attempts`,
-		inboxClearAttempts: `DELETE FROM {inbox_attempts} WHERE message_id = $1 AND handler = $2`,
+		inboxClearAttempts: `DELETE FROM {inbox_attempts} WHERE message_id = $1 AND handler = $2 AND tenant_id = $3`,
 		inboxDeadLetter: `
 INSERT INTO {inbox_dead} (message_id, handler, tenant_id, message_type, topic, payload, metadata, attempts,
     last_error, dead_at)
 VALUES ($1, $2, $3, $4, $5, $6, $7::jsonb, $8, $9, $10)
-ON CONFLICT (message_id, handler) DO NOTHING`,
+ON CONFLICT (message_id, handler, tenant_id) DO NOTHING`,
 		inboxMarkDead: `
 INSERT INTO {inbox} (message_id, handler, tenant_id, message_type, outcome, processed_at)
 VALUES ($1, $2, $3, $4, 'dead-lettered', $5)
-ON CONFLICT (message_id, handler) DO NOTHING`,
+ON CONFLICT (message_id, handler, tenant_id) DO NOTHING`,
 		inboxStats: `
 SELECT count(*) FILTER (WHERE outcome = 'handled'), min(processed_at),
     (SELECT count(*) FROM {inbox_attempts} WHERE $1::text IS NULL OR tenant_id = $1),
@@ -408,8 +413,8 @@ DELETE FROM {inbox} WHERE ctid = ANY (ARRAY(
 SELECT message_id, handler, tenant_id, message_type, topic, payload, metadata, attempts, last_error, dead_at
 FROM {inbox_dead}
 WHERE ($1::text IS NULL OR tenant_id = $1) AND ($2::text IS NULL OR handler = $2)
-  AND (dead_at, message_id, handler) > ($3, $4, $5)
-ORDER BY dead_at, message_id, handler
+  AND (dead_at, message_id, handler, tenant_id) > ($3, $4, $5, $7)
+ORDER BY dead_at, message_id, handler, tenant_id
 LIMIT $6`,
 		inboxRm: `
 DELETE FROM {inbox_dead} WHERE message_id = $1 AND handler = $2 AND ($3::text IS NULL OR tenant_id = $3)`,

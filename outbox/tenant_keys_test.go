@@ -214,7 +214,8 @@ func TestTenantKeysMigrationKeepsRows(t *testing.T) {
 			next = "'infinity'"
 		}
 		pgtest.Exec(t, pool, `INSERT INTO `+ob+` (message_id, topic, payload, tenant_id, partition_key, seq,
-			next_attempt_at, created_at) VALUES ($1::text, 'accounts', convert_to($1::text, 'UTF8'), $2, 'acc-1', $3, `+next+`, now())`,
+			next_attempt_at, created_at)
+			VALUES ($1::text, 'accounts', convert_to($1::text, 'UTF8'), $2, 'acc-1', $3, `+next+`, now())`,
 			r.id, r.tenant, r.seq)
 	}
 	apply(func(v int) bool { return v >= 25 })

@@ -16,7 +16,8 @@ import (
 )
 
 // Stage stages msgs in one transaction of its own, sends a wake-up notification after the commit, and returns how
-// many rows it inserted (messages whose ID is already known insert nothing).
+// many rows it inserted (a message whose ID its tenant already staged for its topic inserts nothing; the same ID
+// from another tenant is another message).
 func (o *Outbox) Stage(ctx context.Context, msgs ...Message) (int, error) {
 	n, err := o.StageTx(ctx, o.pool, msgs...)
 	if err != nil {
@@ -59,7 +60,7 @@ func (o *Outbox) StageTx(ctx context.Context, db DB, msgs ...Message) (int, erro
 		b.Queue(o.q.stageKeys, a.keyTenants, a.keys, a.counts)
 	}
 	b.Queue(o.q.stage, a.args...)
-	b.Queue(o.q.stageRecheck, a.ids, a.topics)
+	b.Queue(o.q.stageRecheck, a.ids, a.topics, a.tenants)
 	b.Queue(o.q.stageRestore)
 	res := db.SendBatch(ctx, b)
 	_, err = res.Exec()
@@ -99,16 +100,16 @@ func countRows(res pgx.BatchResults) (int, error) {
 }
 
 type stageArgs struct {
-	args        []any
-	ids, topics []string
+	args                 []any
+	ids, topics, tenants []string
 	// The distinct ordered (tenant, key) pairs, sorted by tenant then key (the order their counters are locked
 	// in), and how many messages each numbers.
 	keyTenants, keys []string
 	counts           []int64
 }
 
-// stageArgs validates msgs, fills defaults from ctx, drops repeated (ID, topic) pairs (the first wins) and numbers
-// the ordered messages within their key (a key is one tenant's: see keyRef).
+// stageArgs validates msgs, fills defaults from ctx, drops repeated (tenant, ID, topic) triples (the first wins) and
+// numbers the ordered messages within their key (a key is one tenant's: see keyRef).
 func (o *Outbox) stageArgs(ctx context.Context, msgs []Message) (stageArgs, error) {
 	n := len(msgs)
 	var (
@@ -120,7 +121,7 @@ func (o *Outbox) stageArgs(ctx context.Context, msgs []Message) (stageArgs, erro
 		scheduled = make([]*time.Time, 0, n)
 		keyIndex  = make([]*int64, 0, n)
 		keyCount  = make([]*int64, 0, n)
-		seen      = make(map[[2]string]struct{}, n)
+		seen      = make(map[[3]string]struct{}, n)
 		perKey    = map[tenantKey]int64{}
 		traceCtx  = traceHeaders(ctx)
 	)
@@ -132,10 +133,15 @@ func (o *Outbox) stageArgs(ctx context.Context, msgs []Message) (stageArgs, erro
 		if strings.TrimSpace(m.Topic) == "" {
 			return stageArgs{}, invalidMessage("message %q: Topic is empty", m.ID)
 		}
-		if _, dup := seen[[2]string{m.ID, m.Topic}]; dup {
+		tenant := m.Tenant
+		if tenant == "" {
+			tenant = stagehand.TenantFrom(ctx)
+		}
+		tenant = stagehand.NormalizeTenant(tenant)
+		if _, dup := seen[[3]string{tenant, m.ID, m.Topic}]; dup {
 			continue
 		}
-		seen[[2]string{m.ID, m.Topic}] = struct{}{}
+		seen[[3]string{tenant, m.ID, m.Topic}] = struct{}{}
 		meta, err := encodeMetadata(withTraceContext(m.Metadata, traceCtx))
 		if err != nil {
 			return stageArgs{}, invalidMessage("message %q: metadata: %v", m.ID, err)
@@ -144,16 +150,11 @@ func (o *Outbox) stageArgs(ctx context.Context, msgs []Message) (stageArgs, erro
 		if payload == nil {
 			payload = []byte{}
 		}
-		tenant := m.Tenant
-		if tenant == "" {
-			tenant = stagehand.TenantFrom(ctx)
-		}
 		ids = append(ids, m.ID)
 		types = append(types, m.Type)
 		topics = append(topics, m.Topic)
 		payloads = append(payloads, payload)
 		metas = append(metas, meta)
-		tenant = stagehand.NormalizeTenant(tenant)
 		tenants = append(tenants, tenant)
 		corrs = append(corrs, firstNonEmpty(m.CorrelationID, stagehand.CorrelationIDFrom(ctx)))
 		causes = append(causes, firstNonEmpty(m.CausationID, stagehand.CausationIDFrom(ctx)))
@@ -190,7 +191,7 @@ func (o *Outbox) stageArgs(ctx context.Context, msgs []Message) (stageArgs, erro
 	a := stageArgs{
 		args: []any{ids, types, topics, payloads, metas, tenants, corrs, causes, keys, positions, scheduled, keyIndex,
 			keyCount, o.now()},
-		ids: ids, topics: topics,
+		ids: ids, topics: topics, tenants: tenants,
 	}
 	sorted := make([]tenantKey, 0, len(perKey))
 	for k := range perKey {
