@@ -208,11 +208,19 @@ func (i *Inbox) handle(name string, msg *message.Message, h HandlerFunc) error {
 		return err // shutting down: no attempt counted
 	}
 	if err := i.failed(ctx, name, tenant, msgType, msg, cause); err != nil {
+		if errors.Is(err, errHandledBefore) {
+			outcome = telemetry.OutcomeDuplicate
+			return nil
+		}
 		return err
 	}
 	outcome = telemetry.OutcomeDeadLettered
 	return nil
 }
+
+// errHandledBefore: the delivery failed, but the message had been handled by another delivery, so it is a
+// duplicate to acknowledge, not a failure to count.
+var errHandledBefore = errors.New("outbox: inbox message handled before")
 
 // run runs h in the inbox transaction; duplicate reports a message handled before (h did not run).
 func (i *Inbox) run(ctx context.Context, name, tenant, msgType string, msg *message.Message, h HandlerFunc) (
@@ -253,12 +261,18 @@ func callHandler(ctx context.Context, h HandlerFunc, tx pgx.Tx, out *Publisher, 
 }
 
 // failed counts a failed attempt and dead-letters the message when it is permanent or out of attempts, in which
-// case the message is acknowledged (nil); otherwise the handler's error goes back to the router.
+// case the message is acknowledged (nil); otherwise the handler's error goes back to the router. A message handled
+// meanwhile by another delivery counts nothing (errHandledBefore).
 func (i *Inbox) failed(ctx context.Context, name, tenant, msgType string, msg *message.Message, cause error) error {
 	now := i.o.now()
 	attempts := 1
 	if err := i.o.pool.QueryRow(ctx, i.o.q.inboxAttempt, msg.UUID, name, tenant, truncateError(cause), now).
 		Scan(&attempts); err != nil {
+		if errors.Is(err, pgx.ErrNoRows) {
+			i.logger.Debug("stagehand: inbox acknowledged a failed duplicate of a handled message", "handler", name,
+				"message_id", msg.UUID, "error", cause)
+			return errHandledBefore
+		}
 		i.logger.Warn("stagehand: inbox could not count a failed attempt", "handler", name,
 			"message_id", msg.UUID, "error", err)
 		return cause

@@ -384,10 +384,14 @@ RETURNING position`,
 		inboxClaim: `
 INSERT INTO {inbox} (message_id, handler, tenant_id, message_type, processed_at) VALUES ($1, $2, $3, $4, $5)
 ON CONFLICT (message_id, handler, tenant_id) DO NOTHING`,
+		// A failure counts only for a message the handler has not handled: a duplicate delivery that failed before
+		// reaching the inbox record (its transaction could not begin, the database restarted) must neither leave
+		// an attempt behind nor dead-letter a message whose effects are committed.
 		inboxAttempt: `
 INSERT INTO {inbox_attempts} AS a (message_id, handler, tenant_id, attempts, last_error, first_failed_at,
     last_failed_at)
-VALUES ($1, $2, $3, 1, $4, $5, $5)
+SELECT $1, $2, $3, 1, $4, $5, $5
+WHERE NOT EXISTS (SELECT 1 FROM {inbox} WHERE message_id = $1 AND handler = $2 AND tenant_id = $3)
 ON CONFLICT (message_id, handler, tenant_id) DO UPDATE
 SET attempts = a.attempts + 1, last_error = EXCLUDED.last_error, last_failed_at = EXCLUDED.last_failed_at
 RETURNING attempts`,
