@@ -1,8 +1,9 @@
 // Package benchpair measures a stagehand operation beside its raw baseline in the same run and prints the
 // throughput ratio, so figures are always relative to the ceiling measured on the same machine at the same moment.
 //
-// The two sides alternate in short rounds (subject, baseline, baseline, subject, ...) so that drift in the machine's
-// load (other processes, checkpoints, autovacuum) falls on both sides alike.
+// After one unmeasured warm-up round each, the two sides alternate in short rounds (subject, baseline, baseline,
+// subject, ...) so that drift in the machine's load (other processes, checkpoints, autovacuum) falls on both sides
+// alike.
 package benchpair
 
 import (
@@ -66,6 +67,13 @@ func Compare(b *testing.B, cfg Config, subject, baseline Op) Result {
 	var ops [2]int64
 	var spent [2]time.Duration
 	sides := [2]Op{subject, baseline}
+	// One unmeasured round per side first: fresh tables extend their files, indexes split their first pages and
+	// connections are opened, and whichever side ran first would pay for all of it.
+	for side := range sides {
+		if _, _, err := run(sides[side], cfg.Clients, cfg.Round); err != nil {
+			b.Fatalf("benchpair: warm-up of %s: %v", [2]string{"stagehand", "raw"}[side], err)
+		}
+	}
 	b.ResetTimer()
 	for round := range cfg.Rounds {
 		order := [2]int{0, 1}
