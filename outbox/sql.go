@@ -104,10 +104,12 @@ INSERT INTO {outbox} (message_id, message_type, topic, payload, metadata, tenant
 SELECT n.message_id, n.message_type, n.topic, n.payload, n.metadata::jsonb, n.tenant_id, n.correlation_id,
     n.causation_id, n.partition_key, n.seq, n.source_position, n.scheduled_at,
     CASE WHEN n.seq IS NOT NULL AND (n.key_index > 1
-              OR EXISTS (SELECT 1 FROM {outbox} p
-                         WHERE p.tenant_id = n.tenant_id AND p.partition_key = n.partition_key AND p.seq < n.seq)
-              OR EXISTS (SELECT 1 FROM {dead} d
-                         WHERE d.holds_key AND d.tenant_id = n.tenant_id AND d.partition_key = n.partition_key))
+              OR (SELECT p.seq FROM {outbox} p
+                  WHERE p.tenant_id = n.tenant_id AND p.partition_key = n.partition_key AND p.seq IS NOT NULL
+                  ORDER BY p.seq LIMIT 1) < n.seq
+              OR (SELECT d.seq FROM {dead} d
+                  WHERE d.holds_key AND d.tenant_id = n.tenant_id AND d.partition_key = n.partition_key
+                  ORDER BY d.seq LIMIT 1) IS NOT NULL)
          THEN 'infinity'::timestamptz
          ELSE coalesce(n.scheduled_at, $14) END,
     $14
@@ -146,6 +148,12 @@ RETURNING message_id`,
 		// promotion) per message. The batch is filled head by head, each with its run. The head check guards order
 		// even if a row were wrongly unparked. Rows are updated by ctid (a TID scan, no join); a row moved by a
 		// concurrent update is followed to its new version. Lease updates touch no indexed column (HOT).
+		//
+		// Every probe of a key's messages or dead letters (here, in staging, promotions and the sweep) asks for the
+		// key's first sequence number (ORDER BY seq LIMIT 1) rather than whether an earlier one exists: only the
+		// key indexes give that order, so no plan probes through another index holding tenant_id (the message
+		// keys, migration 026) and filters the whole table per row, as a plan costed on a queue table's stale
+		// statistics (an empty table) otherwise may.
 		claim: `
 WITH {fence,}heads AS (
     SELECT o.ctid, o.tenant_id, o.partition_key, o.seq, row_number() OVER (ORDER BY o.next_attempt_at) AS hn
@@ -156,11 +164,12 @@ WITH {fence,}heads AS (
           AND (o.lease_expires_at IS NULL OR o.lease_expires_at <= $1{takeover})
           AND ($5::text[] IS NULL OR o.topic = ANY($5)){partition}{fenced}
           AND (o.seq IS NULL OR (
-              NOT EXISTS (SELECT 1 FROM {outbox} p
-                          WHERE p.tenant_id = o.tenant_id AND p.partition_key = o.partition_key AND p.seq < o.seq)
-              AND NOT EXISTS (SELECT 1 FROM {dead} d
-                              WHERE d.holds_key AND d.tenant_id = o.tenant_id AND d.partition_key = o.partition_key
-                                AND d.seq < o.seq)))
+              o.seq = (SELECT p.seq FROM {outbox} p
+                       WHERE p.tenant_id = o.tenant_id AND p.partition_key = o.partition_key AND p.seq IS NOT NULL
+                       ORDER BY p.seq LIMIT 1)
+              AND coalesce((SELECT d.seq FROM {dead} d
+                            WHERE d.holds_key AND d.tenant_id = o.tenant_id AND d.partition_key = o.partition_key
+                            ORDER BY d.seq LIMIT 1) >= o.seq, true)))
         ORDER BY o.next_attempt_at
         LIMIT $2
         FOR UPDATE SKIP LOCKED
@@ -301,9 +310,9 @@ WHERE next_attempt_at = 'infinity' AND id = ANY (ARRAY(
         ORDER BY p.seq LIMIT 1
     ) h
     WHERE h.next_attempt_at = 'infinity'
-      AND NOT EXISTS (SELECT 1 FROM {dead} d
-                      WHERE d.holds_key AND d.tenant_id = k.tenant_id AND d.partition_key = k.partition_key
-                        AND d.seq < h.seq)))`,
+      AND coalesce((SELECT d.seq FROM {dead} d
+                    WHERE d.holds_key AND d.tenant_id = k.tenant_id AND d.partition_key = k.partition_key
+                    ORDER BY d.seq LIMIT 1) >= h.seq, true)))`,
 
 		// Sweep: promote where a promotion was missed (a relay that died between a mark and a retried
 		// promotion). Visits each (tenant, key) with parked messages once (a skip scan), not each parked message.
@@ -327,9 +336,9 @@ WITH RECURSIVE parked(tenant_id, partition_key) AS (
         ORDER BY p.seq LIMIT 1
     ) h
     WHERE h.next_attempt_at = 'infinity'
-      AND NOT EXISTS (SELECT 1 FROM {dead} d
-                      WHERE d.holds_key AND d.tenant_id = parked.tenant_id AND d.partition_key = parked.partition_key
-                        AND d.seq < h.seq)
+      AND coalesce((SELECT d.seq FROM {dead} d
+                    WHERE d.holds_key AND d.tenant_id = parked.tenant_id AND d.partition_key = parked.partition_key
+                    ORDER BY d.seq LIMIT 1) >= h.seq, true)
 )
 UPDATE {outbox} SET next_attempt_at = $1
 WHERE next_attempt_at = 'infinity' AND id = ANY (ARRAY(SELECT id FROM heads))
