@@ -293,7 +293,7 @@ func (a *Admin) moveDead(ctx context.Context, query string, ids []string, releas
 // (default 1000) until none is left, and returns how many it deleted. Entries whose source position is at or above
 // the lowest registered watermark are kept, whatever their age, so a component that re-stages from the event log
 // (a reconciler, a Deferred stager) cannot publish them twice; with no watermark registered only age counts.
-// Pending and dead-lettered messages are never touched.
+// Pending and dead-lettered messages are never touched. It then prunes the idle per-key counters (PruneKeys).
 func (a *Admin) CleanupSent(ctx context.Context, olderThan time.Duration, batchSize int) (int64, error) {
 	if batchSize <= 0 {
 		batchSize = 1000
@@ -307,9 +307,13 @@ func (a *Admin) CleanupSent(ctx context.Context, olderThan time.Duration, batchS
 		}
 		total += tag.RowsAffected()
 		if tag.RowsAffected() < int64(batchSize) {
-			return total, nil
+			break
 		}
 	}
+	if _, err := a.PruneKeys(ctx, batchSize); err != nil {
+		return total, err
+	}
+	return total, nil
 }
 
 // LastPublished returns when the latest message of the scope published after the instant after was published, as

@@ -11,7 +11,9 @@
 //
 // Messages sharing a partition key (by default the "partition-key" metadata value, else "aggregate-id") are
 // numbered in staging-commit order: a transaction staging a key holds that key's counter until it ends, so a
-// transaction that commits later gets higher numbers even if it staged first.
+// transaction that commits later gets higher numbers even if it staged first. Keys, like message identities, are
+// per tenant: two tenants' messages with the same key (the same stream ID, say) are ordered independently, and a
+// message is identified by (tenant, message ID, topic). Cleanup prunes the counters of idle keys (PruneKeys).
 //
 // Wake-up notifications (LISTEN/NOTIFY) are sent after commit, never inside the transaction, where they would
 // serialise every committing transaction. StageTx cannot see the caller's commit: call Outbox.Notify after it, or
@@ -81,8 +83,8 @@
 //
 // # Inbox
 //
-// Inbox.Handler wraps a handler for a Watermill router so it applies its effects at most once per (message ID,
-// handler name): in one transaction it records the pair under a unique constraint, skips the handler for a
+// Inbox.Handler wraps a handler for a Watermill router so it applies its effects at most once per (tenant, message
+// ID, handler name), the tenant taken from the tenant-id header: in one transaction it records the pair under a unique constraint, skips the handler for a
 // duplicate, runs it with the transaction and a Publisher bound to it (so messages it produces are staged in that
 // same transaction, never handed back to the router), and commits. A failure rolls everything back and the message
 // is redelivered; a message that cannot be decoded, or keeps failing, goes to the inbox dead letters instead of
