@@ -965,7 +965,8 @@ func (s *subscription) vacuumer() {
 		if s.moved.Swap(0) == 0 {
 			continue
 		}
-		if _, err := s.r.o.pool.Exec(s.ctx, "VACUUM (SKIP_LOCKED) "+
+		// No truncation: it would lock staging out of the table (migration 027 says the same to autovacuum).
+		if _, err := s.r.o.pool.Exec(s.ctx, "VACUUM (SKIP_LOCKED, TRUNCATE false) "+
 			pgx.Identifier{s.r.o.schema, "outbox"}.Sanitize()); err != nil && s.ctx.Err() == nil {
 			s.s.logger.Debug("stagehand: outbox vacuum failed; autovacuum remains", "error", err)
 		}
