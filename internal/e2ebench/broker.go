@@ -2,7 +2,6 @@ package e2ebench
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -14,7 +13,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/stagehand-es/stagehand/outbox"
+	"github.com/stagehand-es/stagehand/internal/natsjs"
 )
 
 // The broker: an in-process NATS server with JetStream (file storage), one stream and one durable consumer per
@@ -32,25 +31,10 @@ func startBroker(logger *slog.Logger) (*broker, error) {
 	if err != nil {
 		return nil, fmt.Errorf("e2ebench: nats store directory: %w", err)
 	}
-	srv, err := server.NewServer(&server.Options{
-		ServerName: "e2ebench",
-		Host:       "127.0.0.1",
-		Port:       server.RANDOM_PORT,
-		JetStream:  true,
-		StoreDir:   dir,
-		NoSigs:     true,
-	})
+	srv, err := natsjs.Start("e2ebench", server.RANDOM_PORT, dir, logger)
 	if err != nil {
 		_ = os.RemoveAll(dir)
-		return nil, fmt.Errorf("e2ebench: nats: %w", err)
-	}
-	srv.SetLoggerV2(natsLogger{logger}, false, false, false)
-	srv.Start()
-	if !srv.ReadyForConnections(30 * time.Second) {
-		srv.Shutdown()
-		srv.WaitForShutdown()
-		_ = os.RemoveAll(dir)
-		return nil, errors.New("e2ebench: the nats server was not ready within 30s")
+		return nil, fmt.Errorf("e2ebench: %w", err)
 	}
 	return &broker{srv: srv, dir: dir}, nil
 }
@@ -144,24 +128,3 @@ func newSubscriber(url, topic string, logger watermill.LoggerAdapter) (*wmnats.S
 	}
 	return sub, nil
 }
-
-// natsUnavailable is the relay's RelayConfig.IsBrokerUnavailable (as in examples/orders).
-func natsUnavailable(err error) bool {
-	return outbox.BrokerUnavailable(err) ||
-		errors.Is(err, nats.ErrNoServers) ||
-		errors.Is(err, nats.ErrConnectionClosed) ||
-		errors.Is(err, nats.ErrConnectionReconnecting) ||
-		errors.Is(err, nats.ErrNoResponders) ||
-		errors.Is(err, nats.ErrTimeout) ||
-		errors.Is(err, context.DeadlineExceeded)
-}
-
-// natsLogger sends the embedded server's log lines to the logger.
-type natsLogger struct{ l *slog.Logger }
-
-func (n natsLogger) Noticef(format string, v ...any) { n.l.Debug("nats: " + fmt.Sprintf(format, v...)) }
-func (n natsLogger) Warnf(format string, v ...any)   { n.l.Warn("nats: " + fmt.Sprintf(format, v...)) }
-func (n natsLogger) Errorf(format string, v ...any)  { n.l.Warn("nats: " + fmt.Sprintf(format, v...)) }
-func (n natsLogger) Fatalf(format string, v ...any)  { n.l.Error("nats: " + fmt.Sprintf(format, v...)) }
-func (n natsLogger) Debugf(format string, v ...any)  { n.l.Debug("nats: " + fmt.Sprintf(format, v...)) }
-func (n natsLogger) Tracef(format string, v ...any)  { n.l.Debug("nats: " + fmt.Sprintf(format, v...)) }

@@ -21,6 +21,7 @@ import (
 	"github.com/stagehand-es/stagehand"
 	"github.com/stagehand-es/stagehand/aggregate"
 	"github.com/stagehand-es/stagehand/eventstore"
+	"github.com/stagehand-es/stagehand/internal/natsjs"
 	"github.com/stagehand-es/stagehand/outbox"
 	"github.com/stagehand-es/stagehand/staging"
 )
@@ -304,7 +305,7 @@ func Run(ctx context.Context, cfg Config) (*Results, error) {
 		relayCfg = &c
 	}
 	relayCfg.ProcessorID = "e2ebench"
-	relayCfg.IsBrokerUnavailable = natsUnavailable
+	relayCfg.IsBrokerUnavailable = natsjs.Unavailable
 	relay, err := ob.NewRelay(relayCfg)
 	if err != nil {
 		return nil, fmt.Errorf("e2ebench: relay: %w", err)

@@ -19,6 +19,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/stagehand-es/stagehand/internal/natsjs"
 	"github.com/stagehand-es/stagehand/outbox"
 )
 
@@ -73,23 +74,9 @@ func (b *broker) start() error {
 	if b.srv != nil {
 		return errors.New("faultsuite: the nats server is already running")
 	}
-	srv, err := server.NewServer(&server.Options{
-		ServerName: "faultsuite",
-		Host:       "127.0.0.1",
-		Port:       b.port,
-		JetStream:  true,
-		StoreDir:   b.dir,
-		NoSigs:     true,
-	})
+	srv, err := natsjs.Start("faultsuite", b.port, b.dir, b.logger)
 	if err != nil {
-		return fmt.Errorf("faultsuite: nats: %w", err)
-	}
-	srv.SetLoggerV2(natsLogger{b.logger}, false, false, false)
-	srv.Start()
-	if !srv.ReadyForConnections(30 * time.Second) {
-		srv.Shutdown()
-		srv.WaitForShutdown()
-		return errors.New("faultsuite: the nats server was not ready within 30s")
+		return fmt.Errorf("faultsuite: %w", err)
 	}
 	b.srv = srv
 	return nil
@@ -255,34 +242,6 @@ func natsErrors(logger *slog.Logger) nats.Option {
 		logger.Warn("faultsuite: nats client error", "subject", subject, "error", err)
 	})
 }
-
-// brokerUnavailable is the relays' RelayConfig.IsBrokerUnavailable: besides what outbox.BrokerUnavailable knows,
-// the NATS client's errors for a server it cannot reach, and JetStream answering "unavailable" (503) while it
-// recovers its streams after a restart. The relay then pauses without counting an attempt against the message.
-func brokerUnavailable(err error) bool {
-	if outbox.BrokerUnavailable(err) {
-		return true
-	}
-	for _, target := range []error{nats.ErrNoServers, nats.ErrConnectionClosed, nats.ErrConnectionReconnecting,
-		nats.ErrDisconnected, nats.ErrNoResponders, nats.ErrNoStreamResponse, nats.ErrTimeout,
-		nats.ErrReconnectBufExceeded, nats.ErrJetStreamNotEnabled, context.DeadlineExceeded} {
-		if errors.Is(err, target) {
-			return true
-		}
-	}
-	var api *nats.APIError
-	return errors.As(err, &api) && api.Code == 503
-}
-
-// natsLogger sends the embedded server's log lines to the suite's logger.
-type natsLogger struct{ l *slog.Logger }
-
-func (n natsLogger) Noticef(format string, v ...any) { n.l.Debug("nats: " + fmt.Sprintf(format, v...)) }
-func (n natsLogger) Warnf(format string, v ...any)   { n.l.Warn("nats: " + fmt.Sprintf(format, v...)) }
-func (n natsLogger) Errorf(format string, v ...any)  { n.l.Warn("nats: " + fmt.Sprintf(format, v...)) }
-func (n natsLogger) Fatalf(format string, v ...any)  { n.l.Error("nats: " + fmt.Sprintf(format, v...)) }
-func (n natsLogger) Debugf(format string, v ...any)  { n.l.Debug("nats: " + fmt.Sprintf(format, v...)) }
-func (n natsLogger) Tracef(format string, v ...any)  { n.l.Debug("nats: " + fmt.Sprintf(format, v...)) }
 
 func freePort() (int, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")

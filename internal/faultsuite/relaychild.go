@@ -20,6 +20,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/stagehand-es/stagehand/internal/natsjs"
 	"github.com/stagehand-es/stagehand/outbox"
 )
 
@@ -77,7 +78,7 @@ func relaySettings(slot string, retries int, logger *slog.Logger, hooks outbox.H
 		// A killed relay's rows wait this long for another relay; the survivors renew theirs every third of it.
 		LeaseDuration:       2 * time.Second,
 		AckDeadline:         15 * time.Second, // above the publisher's 3 s JetStream ack wait
-		IsBrokerUnavailable: brokerUnavailable,
+		IsBrokerUnavailable: natsjs.Unavailable,
 		BrokerBackoff:       100 * time.Millisecond,
 		MaxBrokerBackoff:    time.Second,
 		Logger:              logger,
