@@ -62,42 +62,30 @@ func (r *Recorder) Collect(tb testing.TB) metricdata.ResourceMetrics {
 // every one of attrs, and whether such a data point exists.
 func (r *Recorder) Int64(tb testing.TB, name string, attrs ...attribute.KeyValue) (int64, bool) {
 	tb.Helper()
-	var total int64
-	found := false
-	for _, m := range r.metrics(tb, name) {
-		var points []metricdata.DataPoint[int64]
-		switch d := m.Data.(type) {
-		case metricdata.Sum[int64]:
-			points = d.DataPoints
-		case metricdata.Gauge[int64]:
-			points = d.DataPoints
-		default:
-			tb.Fatalf("metric %s is a %T, not an int64 sum or gauge", name, m.Data)
-		}
-		for _, p := range points {
-			if matches(p.Attributes, attrs) {
-				total += p.Value
-				found = true
-			}
-		}
-	}
-	return total, found
+	return sumPoints[int64](tb, r.metrics(tb, name), name, attrs)
 }
 
 // Float64 is Int64 for float64 sums and gauges.
 func (r *Recorder) Float64(tb testing.TB, name string, attrs ...attribute.KeyValue) (float64, bool) {
 	tb.Helper()
-	var total float64
+	return sumPoints[float64](tb, r.metrics(tb, name), name, attrs)
+}
+
+func sumPoints[N int64 | float64](tb testing.TB, ms []metricdata.Metrics, name string, attrs []attribute.KeyValue) (
+	N, bool) {
+	tb.Helper()
+	var total N
 	found := false
-	for _, m := range r.metrics(tb, name) {
-		var points []metricdata.DataPoint[float64]
+	for _, m := range ms {
+		var points []metricdata.DataPoint[N]
 		switch d := m.Data.(type) {
-		case metricdata.Sum[float64]:
+		case metricdata.Sum[N]:
 			points = d.DataPoints
-		case metricdata.Gauge[float64]:
+		case metricdata.Gauge[N]:
 			points = d.DataPoints
 		default:
-			tb.Fatalf("metric %s is a %T, not a float64 sum or gauge", name, m.Data)
+			var zero N
+			tb.Fatalf("metric %s is a %T, not a %T sum or gauge", name, m.Data, zero)
 		}
 		for _, p := range points {
 			if matches(p.Attributes, attrs) {
