@@ -195,6 +195,25 @@ type dbtx interface {
 var errRetry = errors.New("eventstore: retry")
 
 func (s *PostgresStore) append(ctx context.Context, db dbtx, req AppendRequest, savepoint bool) (AppendResult, error) {
+	// After a savepoint rollback the caller's transaction is usable and sees its own writes; otherwise the
+	// version is read outside it. Only an append that owns its transaction (or its savepoint) may retry.
+	lookup := dbtx(s.pool)
+	if savepoint {
+		lookup = db
+	}
+	return s.appendBy(ctx, req, lookup, savepoint || !inTx(db), func(sql string, args []any) ([]Record, error) {
+		if savepoint {
+			return s.insertUnderSavepoint(ctx, db, sql, args)
+		}
+		return s.insert(ctx, db, sql, args)
+	})
+}
+
+// appendBy prepares req, inserts it with insert and turns the outcome into a result or a typed error: no row
+// inserted, or a lost race on the stream's unique index, is a conflict (with the stream's current version read on
+// lookup); an AnyVersion or StreamExists append that lost a race is retried when retry allows it.
+func (s *PostgresStore) appendBy(ctx context.Context, req AppendRequest, lookup dbtx, retry bool,
+	insert func(sql string, args []any) ([]Record, error)) (AppendResult, error) {
 	req, err := prepare(req, s.cfg.Clock())
 	if err != nil {
 		return AppendResult{}, err
@@ -205,18 +224,7 @@ func (s *PostgresStore) append(ctx context.Context, db dbtx, req AppendRequest, 
 	}
 	sql := s.appendSQL(req.Expected, l)
 	for attempt := 0; ; attempt++ {
-		var recs []Record
-		if savepoint {
-			recs, err = s.insertUnderSavepoint(ctx, db, sql, args)
-		} else {
-			recs, err = s.insert(ctx, db, sql, args)
-		}
-		// After a savepoint rollback the caller's transaction is usable and sees its own writes; otherwise the
-		// version is read outside it.
-		lookup := dbtx(s.pool)
-		if savepoint {
-			lookup = db
-		}
+		recs, err := insert(sql, args)
 		if err == nil && len(recs) == 0 {
 			return AppendResult{}, s.conflict(ctx, lookup, req)
 		}
@@ -225,7 +233,7 @@ func (s *PostgresStore) append(ctx context.Context, db dbtx, req AppendRequest, 
 			// Two AnyVersion/StreamExists appends read the same current version; the loser retries. An exact
 			// expectation that lost is a real conflict.
 			if errors.Is(err, ErrConcurrencyConflict) && (req.Expected == AnyVersion ||
-				req.Expected == StreamExists) && attempt < 20 && (savepoint || !inTx(db)) {
+				req.Expected == StreamExists) && attempt < 20 && retry {
 				continue
 			}
 			if errors.Is(err, ErrConcurrencyConflict) {
@@ -233,17 +241,22 @@ func (s *PostgresStore) append(ctx context.Context, db dbtx, req AppendRequest, 
 			}
 			return AppendResult{}, err
 		}
-		sort.Slice(recs, func(i, j int) bool { return recs[i].Version < recs[j].Version })
-		for i := range recs {
-			e := req.Events[i]
-			r := &recs[i]
-			r.Tenant, r.StreamID, r.StreamType = req.Tenant, req.StreamID, req.StreamType
-			r.EventID, r.Type, r.TypeVersion = e.EventID, e.Type, e.TypeVersion
-			r.Payload, r.Metadata, r.OccurredAt = e.Payload, e.Metadata, e.OccurredAt
-			r.RecordedAt = r.RecordedAt.UTC()
-		}
-		return AppendResult{Records: recs, Version: recs[len(recs)-1].Version}, nil
+		return appended(req, recs), nil
 	}
+}
+
+// appended completes the rows an insert returned (position, version, recorded-at) with the request's data.
+func appended(req AppendRequest, recs []Record) AppendResult {
+	sort.Slice(recs, func(i, j int) bool { return recs[i].Version < recs[j].Version })
+	for i := range recs {
+		e := req.Events[i]
+		r := &recs[i]
+		r.Tenant, r.StreamID, r.StreamType = req.Tenant, req.StreamID, req.StreamType
+		r.EventID, r.Type, r.TypeVersion = e.EventID, e.Type, e.TypeVersion
+		r.Payload, r.Metadata, r.OccurredAt = e.Payload, e.Metadata, e.OccurredAt
+		r.RecordedAt = r.RecordedAt.UTC()
+	}
+	return AppendResult{Records: recs, Version: recs[len(recs)-1].Version}
 }
 
 func inTx(db dbtx) bool {

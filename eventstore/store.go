@@ -166,6 +166,23 @@ type Store interface {
 // the whole append back.
 type StageFunc func(ctx context.Context, tx pgx.Tx, res AppendResult) error
 
+// QueueFunc queues, onto b, statements to run in an append's transaction after its events are inserted (res
+// describes them) and before its commit, which is queued right after them: the statements and the commit share one
+// round trip. Statements may register result callbacks (pgx.QueuedQuery's Exec, Query, QueryRow); they run as the
+// results are read, once the commit has already been sent, so a callback observes and must not decide: an error it
+// returns is reported, but cannot undo the commit. A statement that fails makes the server skip the commit: nothing
+// is appended. Returning an error queues nothing further and rolls the append back.
+type QueueFunc func(ctx context.Context, res AppendResult, b *pgx.Batch) error
+
+// QueuedAppender is implemented by stores that can run an append and a caller's statements in one transaction in
+// two round trips (the PostgreSQL store does): BEGIN with the insert, then the caller's statements with the COMMIT.
+// Discover it by type assertion.
+type QueuedAppender interface {
+	// AppendQueued appends req in a transaction of its own, runs the statements queue adds (only when the version
+	// check passed) and commits, in two round trips.
+	AppendQueued(ctx context.Context, req AppendRequest, queue QueueFunc) (AppendResult, error)
+}
+
 // TransactionalStore is a Store whose appends can share a PostgreSQL transaction with other writes (outbox rows,
 // read models). The PostgreSQL store implements it; the in-memory store does not.
 type TransactionalStore interface {

@@ -233,7 +233,7 @@ func (a *Admin) move(ctx context.Context, op, query string, ids []string, releas
 
 // moveDead runs a redrive or discard statement and returns how many dead letters it moved and their message IDs.
 // A discarded dead letter that held its key (its tenant's key: another tenant's messages of the same key never wait
-// for it) releases it: the key's first waiting message is promoted, under the key's counter lock so a message being
+// for it) releases it: the key's first waiting message is promoted, under the key's lock so a message being
 // parked by a concurrent staging transaction is not missed. A redriven one
 // keeps its place at the head of its key and needs none.
 func (a *Admin) moveDead(ctx context.Context, query string, ids []string, release bool) (int, map[string]struct{},
@@ -277,10 +277,11 @@ func (a *Admin) moveDead(ctx context.Context, query string, ids []string, releas
 		}
 		slices.Sort(keys)
 		keys = slices.Compact(keys)
-		if _, err := tx.Exec(ctx, a.o.q.lockKeysWait, keys); err != nil {
+		locks, tenants, names := a.o.keyArgs(keys)
+		if _, err := tx.Exec(ctx, a.o.q.lockKeysWait, sortedLocks(locks)); err != nil {
 			return err
 		}
-		_, err = tx.Exec(ctx, a.o.q.promote, keys, now)
+		_, err = tx.Exec(ctx, a.o.q.promote, tenants, names, now)
 		return err
 	})
 	if err != nil {
@@ -293,7 +294,7 @@ func (a *Admin) moveDead(ctx context.Context, query string, ids []string, releas
 // (default 1000) until none is left, and returns how many it deleted. Entries whose source position is at or above
 // the lowest registered watermark are kept, whatever their age, so a component that re-stages from the event log
 // (a reconciler, a Deferred stager) cannot publish them twice; with no watermark registered only age counts.
-// Pending and dead-lettered messages are never touched. It then prunes the idle per-key counters (PruneKeys).
+// Pending and dead-lettered messages are never touched.
 func (a *Admin) CleanupSent(ctx context.Context, olderThan time.Duration, batchSize int) (int64, error) {
 	if batchSize <= 0 {
 		batchSize = 1000
@@ -309,9 +310,6 @@ func (a *Admin) CleanupSent(ctx context.Context, olderThan time.Duration, batchS
 		if tag.RowsAffected() < int64(batchSize) {
 			break
 		}
-	}
-	if _, err := a.PruneKeys(ctx, batchSize); err != nil {
-		return total, err
 	}
 	return total, nil
 }

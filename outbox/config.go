@@ -65,11 +65,16 @@ type RelayConfig struct {
 	MaxBrokerBackoff time.Duration
 	// DisableNotify makes the relay poll only, without listening for wake-up notifications. Default false.
 	DisableNotify bool
-	// VacuumInterval is how often the relay vacuums the outbox table while it is moving rows out of it, so dead
-	// index entries cannot pile up at the head of the claim index even when autovacuum's global nap is long
-	// (minutes). Needs the table's owner or a superuser; without the privilege the relay logs once and leaves it
-	// to autovacuum. Default 10s. Negative disables it.
+	// VacuumInterval is how often the relay considers vacuuming the outbox table while it is moving rows out of
+	// it, so dead index entries cannot pile up at the head of the claim index even when autovacuum's global nap is
+	// long (minutes). Needs the table's owner or a superuser; without the privilege the relay logs once and leaves
+	// it to autovacuum. Default 10s. Negative disables it.
 	VacuumInterval time.Duration
+	// VacuumAfterRows is how many rows the relay must have moved out of the table since its last vacuum for the
+	// next interval to vacuum (fewer are left to autovacuum, which the outbox's migration tunes for a queue). A
+	// vacuum makes every connection plan its statements on the table anew, and a few thousand dead rows cost a
+	// claim little, so vacuuming more often than that buys nothing. Default 10000. Must not be negative.
+	VacuumAfterRows int
 	// Logger overrides the Outbox's logger for this relay.
 	Logger *slog.Logger
 	// Hooks observe the relay, for metrics and traces. Default: none.
@@ -225,6 +230,7 @@ type settings struct {
 	maxBrokerBackoff time.Duration
 	disableNotify    bool
 	vacuumInterval   time.Duration
+	vacuumAfterRows  int64
 	logger           *slog.Logger
 	hooks            Hooks
 	leader           string
@@ -246,7 +252,7 @@ func (c *RelayConfig) settings(defaultLogger *slog.Logger) (settings, error) {
 		processorID: c.ProcessorID, leaseDuration: c.LeaseDuration, ackDeadline: c.AckDeadline,
 		releaseKey: c.ReleaseKeyOnDeadLetter, unavailable: c.IsBrokerUnavailable, brokerBackoff: c.BrokerBackoff,
 		maxBrokerBackoff: c.MaxBrokerBackoff, disableNotify: c.DisableNotify, vacuumInterval: c.VacuumInterval,
-		logger: c.Logger, maxRetryCount: 5, hooks: c.Hooks,
+		vacuumAfterRows: int64(c.VacuumAfterRows), logger: c.Logger, maxRetryCount: 5, hooks: c.Hooks,
 		leader: c.LeaderElection, leaderTTL: c.LeaderTTL, singleWriter: c.SingleWriter,
 		partitions: c.Partitions, partitionBy: c.PartitionBy,
 		tracerProvider: c.TracerProvider, meterProvider: c.MeterProvider,
@@ -357,6 +363,12 @@ func (c *RelayConfig) settings(defaultLogger *slog.Logger) (settings, error) {
 	}
 	if s.vacuumInterval == 0 {
 		s.vacuumInterval = 10 * time.Second
+	}
+	switch {
+	case s.vacuumAfterRows < 0:
+		return bad("VacuumAfterRows", "VacuumAfterRows must not be negative.")
+	case s.vacuumAfterRows == 0:
+		s.vacuumAfterRows = 10000
 	}
 	if s.logger == nil {
 		s.logger = defaultLogger

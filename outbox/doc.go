@@ -10,10 +10,16 @@
 // inserts nothing, as long as it is pending, dead-lettered, or sent and not yet cleaned up.
 //
 // Messages sharing a partition key (by default the "partition-key" metadata value, else "aggregate-id") are
-// numbered in staging-commit order: a transaction staging a key holds that key's counter until it ends, so a
-// transaction that commits later gets higher numbers even if it staged first. Keys, like message identities, are
-// per tenant: two tenants' messages with the same key (the same stream ID, say) are ordered independently, and a
-// message is identified by (tenant, message ID, topic). Cleanup prunes the counters of idle keys (PruneKeys).
+// numbered in staging-commit order: a transaction staging a key holds that key's lock (a transaction-scoped
+// advisory lock on a 64-bit hash of schema, tenant and key) until it ends, so a transaction that commits later gets
+// higher numbers even if it staged first. Keys, like message identities, are per tenant: two tenants' messages with
+// the same key (the same stream ID, say) are ordered independently, and a message is identified by (tenant, message
+// ID, topic). The locks share the database's advisory-lock space: another holder of the same 64-bit value (a chance
+// of one in 2^64 per pair) only waits for, or makes wait, the stagers of that key; no order changes. Nothing is
+// stored per key beyond its messages, so there is nothing to prune.
+//
+// QueueStage queues the staging statements onto a caller's pgx.Batch, so that a caller can send them in the same
+// round trip as its own statements (the staging package sends them with the save's COMMIT).
 //
 // Wake-up notifications (LISTEN/NOTIFY) are sent after commit, never inside the transaction, where they would
 // serialise every committing transaction. StageTx cannot see the caller's commit: call Outbox.Notify after it, or

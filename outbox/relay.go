@@ -193,7 +193,7 @@ type subscription struct {
 	held          map[int64]*row      // every row leased here and not yet resolved in the database
 	pending       int                 // rows queued or being delivered (not yet acknowledged)
 	acks          []*row              // acknowledged rows waiting for their mark
-	promotions    map[string]struct{} // keys whose promotion found their counter locked: retried
+	promotions    map[string]struct{} // keys whose promotion found their lock taken: retried
 	moved         atomic.Int64        // rows marked since the last vacuum
 	marking       int                 // rows in the mark statement running now
 	pausedUntil   time.Time
@@ -499,7 +499,11 @@ func (s *subscription) sweep() {
 
 func (s *subscription) nextDue() (time.Time, bool) {
 	var next *time.Time
-	if err := s.r.o.pool.QueryRow(s.ctx, s.q.nextDue, s.r.o.now(), s.topics).Scan(&next); err != nil || next == nil {
+	b := &pgx.Batch{}
+	b.Queue(s.q.nextDue, s.r.o.now(), s.topics)
+	if err := s.exec(s.ctx, b, func(res pgx.BatchResults) error {
+		return res.QueryRow().Scan(&next)
+	}); err != nil || next == nil {
 		return time.Time{}, false
 	}
 	// Compare on the outbox clock, wait on the real one.
@@ -678,8 +682,7 @@ func (s *subscription) rejected(rw *row, u *unit, cause error) bool {
 	}
 	promote := goOn && rw.ordered() && s.finished(u)
 	if promote {
-		b.Queue(s.q.lockKeys, []string{rw.keyRef()})
-		b.Queue(s.q.promote, []string{rw.keyRef()}, now)
+		s.r.o.queuePromote(b, []string{rw.keyRef()}, now)
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(s.ctx), 30*time.Second)
 	var moved int64
@@ -692,7 +695,7 @@ func (s *subscription) rejected(rw *row, u *unit, cause error) bool {
 		if !promote {
 			return nil
 		}
-		locked, err := lockedKeys(res) // goOn: nothing was released
+		locked, err := lockedKeys(res, []string{rw.keyRef()}) // goOn: nothing was released
 		if err == nil {
 			s.promoteLaterExcept([]string{rw.keyRef()}, locked)
 		}
@@ -781,7 +784,7 @@ const maxMark = 5000
 
 // acker marks acknowledged rows sent, coalescing every ack that arrives while a mark statement runs into the next
 // one, so the database sees one statement per burst rather than one per message. It also retries promotions that
-// found a key's counter locked by a staging transaction.
+// found a key's lock taken by a staging transaction.
 func (s *subscription) acker(workersDone <-chan struct{}) {
 	retry := time.NewTimer(time.Hour)
 	defer retry.Stop()
@@ -848,11 +851,10 @@ func (s *subscription) retryPromotions() bool {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(s.ctx), 30*time.Second)
 	defer cancel()
 	b := &pgx.Batch{}
-	b.Queue(s.q.lockKeys, keys)
-	b.Queue(s.q.promote, keys, s.r.o.now())
+	s.r.o.queuePromote(b, keys, s.r.o.now())
 	var locked []string
 	err := s.exec(ctx, b, func(res pgx.BatchResults) (err error) {
-		locked, err = lockedKeys(res)
+		locked, err = lockedKeys(res, keys)
 		return err
 	})
 	if err != nil {
@@ -866,7 +868,7 @@ func (s *subscription) retryPromotions() bool {
 	return len(s.promotions) > 0 && s.ctx.Err() == nil
 }
 
-// promoteLaterExcept remembers the keys whose counter was not locked, to promote them again.
+// promoteLaterExcept remembers the keys whose lock it could not take, to promote them again.
 func (s *subscription) promoteLaterExcept(keys, locked []string) {
 	if len(locked) == len(keys) {
 		return
@@ -881,14 +883,6 @@ func (s *subscription) promoteLaterExcept(keys, locked []string) {
 			s.promotions[k] = struct{}{}
 		}
 	}
-}
-
-func lockedKeys(res pgx.BatchResults) ([]string, error) {
-	rows, err := res.Query()
-	if err != nil {
-		return nil, err
-	}
-	return pgx.CollectRows(rows, pgx.RowTo[string])
 }
 
 // orderedKeys returns the distinct keys (keyRef) of the ordered rows that end their run, sorted.
@@ -916,15 +910,14 @@ func (s *subscription) mark(batch []int64, keys []string) (err error) {
 	b := &pgx.Batch{}
 	b.Queue(s.st.mark, s.fenced(batch, s.owner, now)...)
 	if len(keys) > 0 {
-		b.Queue(s.q.lockKeys, keys)
-		b.Queue(s.q.promote, keys, now)
+		s.r.o.queuePromote(b, keys, now)
 	}
 	var tag pgconn.CommandTag
 	err = s.exec(ctx, b, func(res pgx.BatchResults) (err error) {
 		if tag, err = res.Exec(); err != nil || len(keys) == 0 {
 			return err
 		}
-		locked, err := lockedKeys(res)
+		locked, err := lockedKeys(res, keys)
 		if err == nil {
 			s.promoteLaterExcept(keys, locked)
 		}
@@ -948,25 +941,29 @@ func (s *subscription) mark(batch []int64, keys []string) (err error) {
 	return nil
 }
 
-// vacuumer vacuums the outbox table every VacuumInterval while this subscription moves rows out of it, off the
-// acker's path. SKIP_LOCKED: when another relay is vacuuming it, there is nothing to add.
+// vacuumer vacuums the outbox table while this subscription moves rows out of it, off the acker's path: at an
+// interval, once VacuumAfterRows rows have moved since its last vacuum (a trickle is autovacuum's). SKIP_LOCKED: when
+// another relay is vacuuming it, there is nothing to add. PARALLEL 0: the table is small by design, and parallel
+// index vacuuming would take cores from staging and the relay for nothing.
 func (s *subscription) vacuumer() {
 	if s.s.vacuumInterval <= 0 {
 		return
 	}
 	t := time.NewTicker(s.s.vacuumInterval)
 	defer t.Stop()
+	var moved int64
 	for {
 		select {
 		case <-t.C:
 		case <-s.ctx.Done():
 			return
 		}
-		if s.moved.Swap(0) == 0 {
+		if moved += s.moved.Swap(0); moved < s.s.vacuumAfterRows {
 			continue
 		}
+		moved = 0
 		// No truncation: it would lock staging out of the table (migration 027 says the same to autovacuum).
-		if _, err := s.r.o.pool.Exec(s.ctx, "VACUUM (SKIP_LOCKED, TRUNCATE false) "+
+		if _, err := s.r.o.pool.Exec(s.ctx, "VACUUM (SKIP_LOCKED, TRUNCATE false, PARALLEL 0) "+
 			pgx.Identifier{s.r.o.schema, "outbox"}.Sanitize()); err != nil && s.ctx.Err() == nil {
 			s.s.logger.Debug("stagehand: outbox vacuum failed; autovacuum remains", "error", err)
 		}

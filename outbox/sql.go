@@ -1,8 +1,8 @@
 package outbox
 
 import (
-	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
@@ -17,9 +17,13 @@ import (
 type queries struct {
 	schema      string
 	tableOutbox string // the outbox table, qualified
+	// tables are the table markers of the templates and their qualified names, in strings.NewReplacer's form.
+	tables []string
 
-	stageKeys, stage, stageRecheck                   string
-	relaySettings, stageSettings, stageRestore       string
+	stagePrelude, stageSave, stageRestore            string
+	stageOne, stageOneNew, stageMany, stageManyNew   string
+	stageRecheckOne, stageRecheckMany                string
+	relaySettings                                    string
 	claim, nextDue                                   string
 	mark, fail, release, unreachable, extend         string
 	lockKeys, lockKeysWait, promote, sweep           string
@@ -37,24 +41,24 @@ type queries struct {
 
 func newQueries(schema string) queries {
 	t := func(name string) string { return pgx.Identifier{schema, name}.Sanitize() }
-	r := strings.NewReplacer(
+	tables := []string{
 		"{outbox}", t("outbox"),
 		"{sent}", t("outbox_sent"),
 		"{dead}", t("outbox_dead_letters"),
-		"{keys}", t("outbox_keys"),
 		"{watermarks}", t("outbox_watermarks"),
 		"{inbox}", t("inbox"),
 		"{inbox_attempts}", t("inbox_attempts"),
 		"{inbox_dead}", t("inbox_dead_letters"),
-	)
+	}
 	q := queries{
 		schema:      schema,
+		tables:      tables,
 		tableOutbox: t("outbox"),
-		// Stage, first statement: lock (and advance) the counter of every ordered (tenant, key), in sorted order
-		// (bytewise, as lockKeysWait locks them). The lock is held until the staging transaction ends, so a later
-		// committer of the same key gets higher numbers: sequence order is staging-commit order. A key is one
-		// tenant's: another tenant's messages of the same key have their own counter and order.
 		// Settings for the implicit transaction of each of the relay's own batches:
+		//   - Generic plans (plan_cache_mode). The relay's statements take arrays and run many times a second on
+		//     few connections: planned anew on each call (what PostgreSQL does when a custom plan looks cheaper
+		//     than the generic one, as it does with arrays of known length) they spent more time planning than
+		//     running. Every plan below is an index walk that does not depend on the arguments' values.
 		//   - Index access only (enable_seqscan, enable_bitmapscan off). Every statement here is built around an
 		//     index walk that stops early (oldest due rows, the first row of a key, a key's run), which only pays
 		//     off with a plain index scan. The planner's estimates cannot be trusted on a queue table: a vacuum
@@ -67,69 +71,99 @@ func newQueries(schema string) queries {
 		//     earlier, where the affected messages are still pending, so they are published again (a duplicate,
 		//     which at-least-once allows) and none is lost. Staging is never affected: it commits in the caller's
 		//     transaction with the caller's settings.
-		relaySettings: `SELECT set_config('enable_seqscan', 'off', true), set_config('enable_bitmapscan', 'off', true),
+		relaySettings: `SELECT set_config('plan_cache_mode', 'force_generic_plan', true),
+    set_config('enable_seqscan', 'off', true), set_config('enable_bitmapscan', 'off', true),
     set_config('jit', 'off', true), set_config('synchronous_commit', 'off', true)`,
 
-		// Staging runs in the caller's transaction, so it switches index-only access on for its own statements
-		// and restores the caller's settings after them (same reason as relaySettings; its parking probes would
-		// otherwise run as seq scans per message on a burst).
-		stageSettings: `SELECT set_config('stagehand.enable_seqscan', current_setting('enable_seqscan'), true),
-    set_config('stagehand.enable_bitmapscan', current_setting('enable_bitmapscan'), true),
-    set_config('enable_seqscan', 'off', true), set_config('enable_bitmapscan', 'off', true)`,
-		stageRestore: `SELECT set_config('enable_seqscan', current_setting('stagehand.enable_seqscan'), true),
+		// Staging, first statement: the prelude. It takes, in ascending order (as every waiting locker does, so two
+		// stagers never deadlock), the transaction-scoped advisory lock of every (tenant, partition key) the call
+		// orders ($1: keyLock of each), so a later stager of the same key waits for this transaction to end and
+		// numbers its messages after these: sequence order is staging-commit order. The statements after it take
+		// their snapshots once the locks are held, so they see every earlier staging of these keys.
+		//
+		// It also sets, for the rest of the transaction, what the staging statements need whatever the table's
+		// statistics say (a queue table's are usually wrong: a vacuum that finds it empty records zero rows):
+		// generic plans (plan_cache_mode), since a re-plan of these statements costs more than running them and a
+		// custom plan is what an array argument would otherwise get on every call; and index access only
+		// (enable_seqscan, enable_bitmapscan off), since every probe here is an index walk that stops early. In a
+		// caller's transaction the caller's values are saved first and put back by stageRestore.
+		stagePrelude: `SELECT set_config('plan_cache_mode', 'force_generic_plan', true),
+    set_config('enable_seqscan', 'off', true), set_config('enable_bitmapscan', 'off', true),
+    (SELECT count(*) FROM (SELECT pg_advisory_xact_lock(l) FROM unnest($1::int8[]) AS l OFFSET 0) locked)`,
+		stageSave: `SELECT set_config('stagehand.plan_cache_mode', current_setting('plan_cache_mode'), true),
+    set_config('stagehand.enable_seqscan', current_setting('enable_seqscan'), true),
+    set_config('stagehand.enable_bitmapscan', current_setting('enable_bitmapscan'), true)`,
+		stageRestore: `SELECT set_config('plan_cache_mode', current_setting('stagehand.plan_cache_mode'), true),
+    set_config('enable_seqscan', current_setting('stagehand.enable_seqscan'), true),
     set_config('enable_bitmapscan', current_setting('stagehand.enable_bitmapscan'), true)`,
 
-		stageKeys: `
-INSERT INTO {keys} AS k (tenant_id, partition_key, last_seq)
-SELECT * FROM unnest($1::text[], $2::text[], $3::bigint[])
-ON CONFLICT (tenant_id, partition_key) DO UPDATE SET last_seq = k.last_seq + EXCLUDED.last_seq`,
+		// Staging one message, with scalar arguments (the common case: one event, one message). An ordered message
+		// ($10 true, its key's lock held) takes the sequence number after the highest its key still has, pending or
+		// dead-lettered, and is parked ('infinity') behind a pending one or a dead letter holding the key until
+		// promoted. Sequence numbers only order the messages a key has at the same time; a key that has emptied
+		// starts again from 1. {new} is empty
+		// when the message ID cannot have been staged before (see StageOptions.NewIDs); otherwise it skips an ID
+		// its tenant already has in the sent ledger or the dead letters for the topic.
+		stageOne: `
+INSERT INTO {outbox} (message_id, message_type, topic, payload, metadata, tenant_id, correlation_id, causation_id,
+    partition_key, seq, source_position, scheduled_at, next_attempt_at, created_at)
+SELECT $1::text, $2::text, $3::text, $4::bytea, $5::jsonb, $6::text, $7::text, $8::text, $9::text, k.seq,
+    $11::bigint, $12::timestamptz, CASE WHEN k.held THEN 'infinity'::timestamptz ELSE coalesce($12, $13) END,
+    $13::timestamptz
+FROM (
+    SELECT CASE WHEN $10::bool THEN coalesce(greatest(p.seq, d.seq), 0) + 1 END AS seq,
+           $10::bool AND (p.seq IS NOT NULL OR coalesce(d.holds, false)) AS held
+    FROM (SELECT (SELECT p.seq FROM {outbox} p
+                  WHERE $10::bool AND p.tenant_id = $6 AND p.partition_key = $9 AND p.seq IS NOT NULL
+                  ORDER BY p.seq DESC LIMIT 1) AS seq) p,
+         (SELECT max(d.seq) AS seq, bool_or(d.holds_key) AS holds FROM {dead} d
+          WHERE $10::bool AND d.tenant_id = $6 AND d.partition_key = $9 AND d.seq IS NOT NULL) d
+) k{dedup one}
+ON CONFLICT (message_id, topic, tenant_id) DO NOTHING`,
 
-		// Stage, second statement (its snapshot is taken after the counters are locked, so it sees every earlier
-		// staging of these keys): number ordered messages after their counter and insert every message whose
-		// (tenant, ID, topic) is not already pending, sent or dead-lettered. An ordered message with an earlier pending
-		// message of its key, or whose key a dead letter holds, is parked ('infinity') until promoted.
-		stage: `
+		// Staging several messages: the same, over arrays. Ordered messages are numbered within their key by the
+		// caller ($12, 1..n per key); each key's base is probed once.
+		stageMany: `
 WITH input AS (
     SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::bytea[], $5::text[], $6::text[], $7::text[],
-        $8::text[], $9::text[], $10::bigint[], $11::timestamptz[], $12::bigint[], $13::bigint[])
+        $8::text[], $9::text[], $10::bigint[], $11::timestamptz[], $12::bigint[])
         AS m(message_id, message_type, topic, payload, metadata, tenant_id, correlation_id, causation_id,
-             partition_key, source_position, scheduled_at, key_index, key_count)
-), numbered AS (
-    SELECT i.*, k.last_seq - i.key_count + i.key_index AS seq
-    FROM input i LEFT JOIN {keys} k
-        ON i.key_index IS NOT NULL AND k.tenant_id = i.tenant_id AND k.partition_key = i.partition_key
+             partition_key, source_position, scheduled_at, key_index)
+), base AS (
+    SELECT k.tenant_id, k.partition_key, greatest(p.seq, d.seq) AS last,
+           p.seq IS NOT NULL OR coalesce(d.holds, false) AS held
+    FROM (SELECT DISTINCT tenant_id, partition_key FROM input WHERE key_index IS NOT NULL) k
+    LEFT JOIN LATERAL (SELECT p.seq FROM {outbox} p
+                       WHERE p.tenant_id = k.tenant_id AND p.partition_key = k.partition_key AND p.seq IS NOT NULL
+                       ORDER BY p.seq DESC LIMIT 1) p ON true
+    CROSS JOIN LATERAL (SELECT max(d.seq) AS seq, bool_or(d.holds_key) AS holds FROM {dead} d
+                        WHERE d.tenant_id = k.tenant_id AND d.partition_key = k.partition_key
+                          AND d.seq IS NOT NULL) d
 )
 INSERT INTO {outbox} (message_id, message_type, topic, payload, metadata, tenant_id, correlation_id, causation_id,
     partition_key, seq, source_position, scheduled_at, next_attempt_at, created_at)
 SELECT n.message_id, n.message_type, n.topic, n.payload, n.metadata::jsonb, n.tenant_id, n.correlation_id,
-    n.causation_id, n.partition_key, n.seq, n.source_position, n.scheduled_at,
-    CASE WHEN n.seq IS NOT NULL AND (n.key_index > 1
-              OR (SELECT p.seq FROM {outbox} p
-                  WHERE p.tenant_id = n.tenant_id AND p.partition_key = n.partition_key AND p.seq IS NOT NULL
-                  ORDER BY p.seq LIMIT 1) < n.seq
-              OR (SELECT d.seq FROM {dead} d
-                  WHERE d.holds_key AND d.tenant_id = n.tenant_id AND d.partition_key = n.partition_key
-                  ORDER BY d.seq LIMIT 1) IS NOT NULL)
-         THEN 'infinity'::timestamptz
-         ELSE coalesce(n.scheduled_at, $14) END,
-    $14
-FROM numbered n
-WHERE NOT EXISTS (SELECT 1 FROM {sent} s
-                  WHERE s.message_id = n.message_id AND s.topic = n.topic AND s.tenant_id = n.tenant_id)
-  AND NOT EXISTS (SELECT 1 FROM {dead} d
-                  WHERE d.message_id = n.message_id AND d.topic = n.topic AND d.tenant_id = n.tenant_id)
-ON CONFLICT (message_id, topic, tenant_id) DO NOTHING
-RETURNING message_id`,
+    n.causation_id, n.partition_key, coalesce(b.last, 0) + n.key_index, n.source_position, n.scheduled_at,
+    CASE WHEN n.key_index > 1 OR b.held THEN 'infinity'::timestamptz
+         ELSE coalesce(n.scheduled_at, $13) END,
+    $13
+FROM input n
+LEFT JOIN base b ON n.key_index IS NOT NULL AND b.tenant_id = n.tenant_id AND b.partition_key = n.partition_key{dedup many}
+ON CONFLICT (message_id, topic, tenant_id) DO NOTHING`,
 
 		// The recheck closes a race the statement above cannot see: its snapshot predates a relay's move of the
 		// same ID into the ledger (or the dead letters), whose delete then lets the insert through. A new statement
 		// sees the move and removes the duplicate before the staging transaction commits (READ COMMITTED). A
 		// (tenant, ID, topic) is never both pending and sent or dead-lettered once committed, so any row this finds
-		// is a duplicate of this transaction's making. Each staged (tenant, ID, topic) probes the ledger and the
-		// dead letters
-		// (usually a miss, so nothing more), and only a hit looks the row up; the LATERAL joins fix that order
-		// whatever the planner estimates.
-		stageRecheck: `
+		// is a duplicate of this transaction's making. Not needed (and not sent) for IDs that are new by
+		// construction.
+		stageRecheckOne: `
+DELETE FROM {outbox} o WHERE o.message_id = $1 AND o.topic = $2 AND o.tenant_id = $3
+  AND (EXISTS (SELECT 1 FROM {sent} s WHERE s.message_id = $1 AND s.topic = $2 AND s.tenant_id = $3)
+       OR EXISTS (SELECT 1 FROM {dead} d WHERE d.message_id = $1 AND d.topic = $2 AND d.tenant_id = $3))`,
+		// Each staged (tenant, ID, topic) probes the ledger and the dead letters (usually a miss, so nothing
+		// more), and only a hit looks the row up; the LATERAL joins fix that order.
+		stageRecheckMany: `
 DELETE FROM {outbox} WHERE id = ANY (ARRAY(
     SELECT o.id FROM unnest($1::text[], $2::text[], $3::text[]) AS k(message_id, topic, tenant_id)
     CROSS JOIN LATERAL (
@@ -139,8 +173,7 @@ DELETE FROM {outbox} WHERE id = ANY (ARRAY(
         LIMIT 1) hit
     CROSS JOIN LATERAL (
         SELECT o.id FROM {outbox} o
-        WHERE o.message_id = k.message_id AND o.topic = k.topic AND o.tenant_id = k.tenant_id) o))
-RETURNING message_id`,
+        WHERE o.message_id = k.message_id AND o.topic = k.topic AND o.tenant_id = k.tenant_id) o))`,
 
 		// Claim: due, unleased rows that are the first pending message of their key (or unordered), oldest first,
 		// skipping rows another relay is claiming. For the first $7 of those heads, also the (parked) messages that
@@ -168,7 +201,8 @@ WITH {fence,}heads AS (
                        WHERE p.tenant_id = o.tenant_id AND p.partition_key = o.partition_key AND p.seq IS NOT NULL
                        ORDER BY p.seq LIMIT 1)
               AND coalesce((SELECT d.seq FROM {dead} d
-                            WHERE d.holds_key AND d.tenant_id = o.tenant_id AND d.partition_key = o.partition_key
+                            WHERE d.holds_key AND d.seq IS NOT NULL AND d.tenant_id = o.tenant_id
+                              AND d.partition_key = o.partition_key
                             ORDER BY d.seq LIMIT 1) >= o.seq, true)))
         ORDER BY o.next_attempt_at
         LIMIT $2
@@ -276,34 +310,25 @@ WITH gone AS (
 )
 SELECT g.message_id, g.tenant_id, g.partition_key, g.holds_key FROM gone g`,
 
-		// Lock key counters without waiting: a key whose counter a staging transaction holds is skipped (and
-		// promoted again later), because that transaction may be parking a message this promotion cannot see yet.
-		// Keys are key references (keyRef: a tenant's partition key); the locked ones are returned as given.
-		// Locked in bytewise order, as staging locks them.
+		// Lock keys without waiting ($1: keyLock of each key): a key whose lock a staging transaction holds is
+		// skipped (and promoted again later), because that transaction may be parking a message this promotion
+		// cannot see yet. Returns the 1-based positions in $1 of the keys it locked. A try never waits, so the
+		// order does not matter.
 		lockKeys: `
-SELECT k.ref FROM (
-    SELECT r.ref, r.ref::jsonb->>0 AS tenant_id, r.ref::jsonb->>1 AS partition_key FROM unnest($1::text[]) AS r(ref)
-) k
-JOIN {keys} c ON c.tenant_id = k.tenant_id AND c.partition_key = k.partition_key
-ORDER BY c.tenant_id COLLATE "C", c.partition_key COLLATE "C"
-FOR UPDATE OF c SKIP LOCKED`,
+SELECT r.i::int FROM unnest($1::int8[]) WITH ORDINALITY AS r(l, i) WHERE pg_try_advisory_xact_lock(r.l)`,
+		// Lock keys, waiting ($1 sorted ascending, as staging locks them, so two waiters never deadlock).
 		lockKeysWait: `
-SELECT k.ref FROM (
-    SELECT r.ref, r.ref::jsonb->>0 AS tenant_id, r.ref::jsonb->>1 AS partition_key FROM unnest($1::text[]) AS r(ref)
-) k
-JOIN {keys} c ON c.tenant_id = k.tenant_id AND c.partition_key = k.partition_key
-ORDER BY c.tenant_id COLLATE "C", c.partition_key COLLATE "C"
-FOR UPDATE OF c`,
+SELECT count(*) FROM (SELECT pg_advisory_xact_lock(l) FROM unnest($1::int8[]) AS l OFFSET 0) locked`,
 
-		// Promote: make the first pending message of each key (a keyRef) due, when it is parked and no dead letter
-		// holds the key. The rows are found first, one index probe per key, then updated by key: every statement
-		// that updates a set it computes is written this way, so that no plan (on a queue table the planner's row
-		// estimates are often wrong by orders of magnitude) can drive the computation from the table side.
+		// Promote: make the first pending message of each key ($1 tenants, $2 keys) due, when it is parked and no
+		// dead letter holds the key. The rows are found first, one index probe per key, then updated by key: every
+		// statement that updates a set it computes is written this way, so that no plan (on a queue table the
+		// planner's row estimates are often wrong by orders of magnitude) can drive the computation from the table
+		// side.
 		promote: `
-UPDATE {outbox} SET next_attempt_at = $2
+UPDATE {outbox} SET next_attempt_at = $3
 WHERE next_attempt_at = 'infinity' AND id = ANY (ARRAY(
-    SELECT h.id FROM unnest($1::text[]) AS r(ref)
-    CROSS JOIN LATERAL (SELECT r.ref::jsonb->>0 AS tenant_id, r.ref::jsonb->>1 AS partition_key) k
+    SELECT h.id FROM unnest($1::text[], $2::text[]) AS k(tenant_id, partition_key)
     CROSS JOIN LATERAL (
         SELECT p.id, p.seq, p.next_attempt_at FROM {outbox} p
         WHERE p.tenant_id = k.tenant_id AND p.partition_key = k.partition_key AND p.seq IS NOT NULL
@@ -311,7 +336,8 @@ WHERE next_attempt_at = 'infinity' AND id = ANY (ARRAY(
     ) h
     WHERE h.next_attempt_at = 'infinity'
       AND coalesce((SELECT d.seq FROM {dead} d
-                    WHERE d.holds_key AND d.tenant_id = k.tenant_id AND d.partition_key = k.partition_key
+                    WHERE d.holds_key AND d.seq IS NOT NULL AND d.tenant_id = k.tenant_id
+                      AND d.partition_key = k.partition_key
                     ORDER BY d.seq LIMIT 1) >= h.seq, true)))`,
 
 		// Sweep: promote where a promotion was missed (a relay that died between a mark and a retried
@@ -337,7 +363,8 @@ WITH RECURSIVE parked(tenant_id, partition_key) AS (
     ) h
     WHERE h.next_attempt_at = 'infinity'
       AND coalesce((SELECT d.seq FROM {dead} d
-                    WHERE d.holds_key AND d.tenant_id = parked.tenant_id AND d.partition_key = parked.partition_key
+                    WHERE d.holds_key AND d.seq IS NOT NULL AND d.tenant_id = parked.tenant_id
+                      AND d.partition_key = parked.partition_key
                     ORDER BY d.seq LIMIT 1) >= h.seq, true)
 )
 UPDATE {outbox} SET next_attempt_at = $1
@@ -432,15 +459,28 @@ LIMIT $6`,
 		inboxRm: `
 DELETE FROM {inbox_dead} WHERE message_id = $1 AND handler = $2 AND ($3::text IS NULL OR tenant_id = $3)`,
 	}
+	// Each statement is expanded in one pass, so the quoted schema name is never scanned for markers again. The
+	// relay's statements stay templates until relay expands them with their mode (one pass as well).
+	dedupOne := `
+WHERE NOT EXISTS (SELECT 1 FROM {sent} s WHERE s.message_id = $1 AND s.topic = $3 AND s.tenant_id = $6)
+  AND NOT EXISTS (SELECT 1 FROM {dead} d WHERE d.message_id = $1 AND d.topic = $3 AND d.tenant_id = $6)`
+	dedupMany := `
+WHERE NOT EXISTS (SELECT 1 FROM {sent} s
+                  WHERE s.message_id = n.message_id AND s.topic = n.topic AND s.tenant_id = n.tenant_id)
+  AND NOT EXISTS (SELECT 1 FROM {dead} d
+                  WHERE d.message_id = n.message_id AND d.topic = n.topic AND d.tenant_id = n.tenant_id)`
+	q.stageOne, q.stageOneNew = q.expand(q.stageOne, "{dedup one}", q.expand(dedupOne)),
+		q.expand(q.stageOne, "{dedup one}", "")
+	q.stageMany, q.stageManyNew = q.expand(q.stageMany, "{dedup many}", q.expand(dedupMany)),
+		q.expand(q.stageMany, "{dedup many}", "")
 	for _, p := range []*string{
-		&q.stageKeys, &q.stage, &q.stageRecheck, &q.claim, &q.nextDue, &q.mark, &q.fail, &q.release, &q.unreachable,
-		&q.extend, &q.lockKeys, &q.lockKeysWait, &q.promote, &q.sweep, &q.deadLetter, &q.redrive, &q.discard,
-		&q.listDead, &q.getDead, &q.stats,
-		&q.cleanupSent, &q.registerWatermark, &q.advanceWatermark, &q.dropWM, &q.wms,
+		&q.stagePrelude, &q.stageSave, &q.stageRestore, &q.stageRecheckOne, &q.stageRecheckMany, &q.nextDue,
+		&q.lockKeys, &q.lockKeysWait, &q.promote, &q.sweep, &q.redrive, &q.discard, &q.listDead, &q.getDead,
+		&q.stats, &q.cleanupSent, &q.registerWatermark, &q.advanceWatermark, &q.dropWM, &q.wms,
 		&q.inboxClaim, &q.inboxAttempt, &q.inboxClearAttempts, &q.inboxDeadLetter, &q.inboxMarkDead,
 		&q.inboxStats, &q.inboxCleanup, &q.inboxListDead, &q.inboxRm,
 	} {
-		*p = r.Replace(*p)
+		*p = q.expand(*p)
 	}
 	return q
 }
@@ -487,7 +527,7 @@ func (q *queries) relay(fenced bool, partitioned bool, by PartitionBy) relayStat
 				repl[7] = " OR o.lease_owner <> $3"
 			}
 		}
-		return strings.NewReplacer(repl...).Replace(tmpl)
+		return q.expand(tmpl, repl...)
 	}
 	st.claim = build(q.claim, 7, true)
 	st.mark = build(q.mark, 3, false)
@@ -499,23 +539,8 @@ func (q *queries) relay(fenced bool, partitioned bool, by PartitionBy) relayStat
 	return st
 }
 
-// keyRef names one tenant's partition key in the key arrays of the lockKeys, lockKeysWait and promote statements:
-// the JSON array [tenant, key], which the statements take apart. Per-key order is per (tenant, key), since two
-// tenants may use the same key (stream IDs are unique only within a tenant).
-func keyRef(tenant, key string) string {
-	return "[" + jsonString(tenant) + "," + jsonString(key) + "]"
-}
-
-// keyRef is the row's key reference (see keyRef), for ordered rows.
-func (r *row) keyRef() string { return keyRef(r.tenant, r.partitionKey) }
-
-// jsonString quotes s as a JSON string, without allocating beyond the result when nothing needs escaping.
-func jsonString(s string) string {
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; c < 0x20 || c == '"' || c == '\\' {
-			b, _ := json.Marshal(s) // a string always marshals
-			return string(b)
-		}
-	}
-	return `"` + s + `"`
+// expand replaces the table markers of tmpl, and the extra marker/text pairs, in one pass: no replacement text
+// (a quoted identifier, an expanded fragment) is scanned for markers again.
+func (q *queries) expand(tmpl string, extra ...string) string {
+	return strings.NewReplacer(append(slices.Clone(q.tables), extra...)...).Replace(tmpl)
 }

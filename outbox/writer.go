@@ -4,13 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/stagehand-es/stagehand"
 )
@@ -35,10 +35,10 @@ func (o *Outbox) Stage(ctx context.Context, msgs ...Message) (int, error) {
 //
 // Given a pool or a connection instead, StageTx runs its statements in one implicit transaction of their own.
 //
-// Messages with a partition key take the next sequence numbers of their key, and the key's counter stays locked
-// until db's transaction ends: another transaction staging the same key waits, so sequence order is
-// staging-commit order. Deduplication of an ID that a relay is moving to the sent ledger at that very moment relies
-// on READ COMMITTED isolation (the PostgreSQL default).
+// Messages with a partition key take the next sequence numbers of their key, and the key stays locked (a
+// transaction-scoped advisory lock) until db's transaction ends: another transaction staging the same key waits, so
+// sequence order is staging-commit order. Deduplication of an ID that a relay is moving to the sent ledger at that
+// very moment relies on READ COMMITTED isolation (the PostgreSQL default).
 //
 // A message without a trace context in its metadata takes the one of the span in ctx (traceparent, tracestate), so
 // the relay and the consumer continue the caller's trace. The rows inserted are counted
@@ -50,66 +50,125 @@ func (o *Outbox) StageTx(ctx context.Context, db DB, msgs ...Message) (int, erro
 	if db == nil {
 		return 0, invalidMessage("nil database handle")
 	}
-	a, err := o.stageArgs(ctx, msgs)
+	b := &pgx.Batch{}
+	staged, err := o.QueueStage(ctx, b, nil, msgs...)
 	if err != nil {
 		return 0, err
 	}
-	b := &pgx.Batch{}
-	b.Queue(o.q.stageSettings)
-	if len(a.keys) > 0 {
-		b.Queue(o.q.stageKeys, a.keyTenants, a.keys, a.counts)
-	}
-	b.Queue(o.q.stage, a.args...)
-	b.Queue(o.q.stageRecheck, a.ids, a.topics, a.tenants)
-	b.Queue(o.q.stageRestore)
-	res := db.SendBatch(ctx, b)
-	_, err = res.Exec()
-	if err == nil && len(a.keys) > 0 {
-		_, err = res.Exec()
-	}
-	var inserted int
-	if err == nil {
-		inserted, err = countRows(res)
-	}
-	if err == nil {
-		var removed int
-		removed, err = countRows(res)
-		inserted -= removed
-	}
-	if cerr := res.Close(); err == nil && cerr != nil {
-		err = cerr
-	}
-	if err != nil {
+	if err := db.SendBatch(ctx, b).Close(); err != nil {
 		return 0, fmt.Errorf("outbox: stage %d message(s): %w", len(msgs), err)
 	}
-	o.countStaged(ctx, inserted)
-	return inserted, nil
+	return staged.Count(), nil
 }
 
-func countRows(res pgx.BatchResults) (int, error) {
-	rows, err := res.Query()
+// StageOptions adjust QueueStage. The zero value (or nil) stages like StageTx.
+type StageOptions struct {
+	// NewIDs declares that no message ID of the call can have been staged before, by anyone: for example, IDs
+	// derived from an event appended in the same transaction, whose (stream, version) the event store's unique
+	// index gives to this transaction alone. Staging then skips its checks against the sent ledger and the dead
+	// letters (a message whose ID is pending is still inserted once). Default false. Wrong, it lets a message
+	// re-staged after it was sent be published again.
+	NewIDs bool
+	// EndsTransaction declares that only the end of the transaction follows the queued statements (the caller
+	// queues its COMMIT right after them), so the transaction-local settings staging uses for its own statements
+	// need not be put back. Default false: they are restored for the caller's next statements.
+	EndsTransaction bool
+}
+
+// Staged reports what queued staging statements did, once the batch holding them has been sent and its results
+// read (BatchResults.Close).
+type Staged struct{ n int }
+
+// Count is how many rows the staging inserted (a message already pending, sent or dead-lettered inserts none).
+func (s *Staged) Count() int { return s.n }
+
+// QueueStage queues, onto b, the statements that stage msgs, so they share a round trip with the caller's own
+// statements of the same transaction (a pgx.Batch is sent in one round trip). It validates msgs and fills their
+// defaults from ctx (as StageTx does) before queuing anything: an invalid message returns an error and queues
+// nothing. The statements register result callbacks on b, which run when the batch's results are closed; the
+// returned Staged holds the count from then on, and stagehand.messages.staged is counted there.
+//
+// Everything StageTx says about locks, order and deduplication holds for the transaction that runs b.
+func (o *Outbox) QueueStage(ctx context.Context, b *pgx.Batch, opts *StageOptions, msgs ...Message) (*Staged,
+	error) {
+	var opt StageOptions
+	if opts != nil {
+		opt = *opts
+	}
+	staged := &Staged{}
+	if len(msgs) == 0 {
+		return staged, nil
+	}
+	a, err := o.stageArgs(ctx, msgs)
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
-	n := 0
-	for rows.Next() {
-		n++
+	prelude := o.q.stagePrelude
+	if !opt.EndsTransaction {
+		b.Queue(o.q.stageSave)
 	}
-	rows.Close()
-	return n, rows.Err()
+	b.Queue(prelude, a.locks)
+	count := func(ct pgconn.CommandTag) error {
+		staged.n += int(ct.RowsAffected())
+		return nil
+	}
+	if len(a.ids) == 1 {
+		stmt := o.q.stageOne
+		if opt.NewIDs {
+			stmt = o.q.stageOneNew
+		}
+		b.Queue(stmt, a.one...).Exec(count)
+		if !opt.NewIDs {
+			b.Queue(o.q.stageRecheckOne, a.ids[0], a.topics[0], a.tenants[0]).Exec(func(ct pgconn.CommandTag) error {
+				staged.n -= int(ct.RowsAffected())
+				return nil
+			})
+		}
+	} else {
+		stmt := o.q.stageMany
+		if opt.NewIDs {
+			stmt = o.q.stageManyNew
+		}
+		b.Queue(stmt, a.many...).Exec(count)
+		if !opt.NewIDs {
+			b.Queue(o.q.stageRecheckMany, a.ids, a.topics, a.tenants).Exec(func(ct pgconn.CommandTag) error {
+				staged.n -= int(ct.RowsAffected())
+				return nil
+			})
+		}
+	}
+	last := b.QueuedQueries[len(b.QueuedQueries)-1]
+	if !opt.EndsTransaction {
+		last = b.Queue(o.q.stageRestore)
+	}
+	// Count once every statement of the staging has run (the last one's callback runs last).
+	prev := last.Fn
+	last.Fn = func(br pgx.BatchResults) error {
+		var err error
+		if prev != nil {
+			err = prev(br)
+		} else {
+			_, err = br.Exec()
+		}
+		if err == nil {
+			o.countStaged(ctx, staged.n)
+		}
+		return err
+	}
+	return staged, nil
 }
 
 type stageArgs struct {
-	args                 []any
+	// one: the arguments of stageOne, for a single message; many: those of stageMany.
+	one, many            []any
 	ids, topics, tenants []string
-	// The distinct ordered (tenant, key) pairs, sorted by tenant then key (the order their counters are locked
-	// in), and how many messages each numbers.
-	keyTenants, keys []string
-	counts           []int64
+	// locks are the advisory locks of the distinct ordered (tenant, key) pairs, ascending (the order they are
+	// taken in).
+	locks []int64
 }
 
 // stageArgs validates msgs, fills defaults from ctx, drops repeated (tenant, ID, topic) triples (the first wins) and
-// numbers the ordered messages within their key (a key is one tenant's: see keyRef).
+// numbers the ordered messages within their key (a key is one tenant's).
 func (o *Outbox) stageArgs(ctx context.Context, msgs []Message) (stageArgs, error) {
 	n := len(msgs)
 	var (
@@ -120,9 +179,9 @@ func (o *Outbox) stageArgs(ctx context.Context, msgs []Message) (stageArgs, erro
 		positions = make([]*int64, 0, n)
 		scheduled = make([]*time.Time, 0, n)
 		keyIndex  = make([]*int64, 0, n)
-		keyCount  = make([]*int64, 0, n)
 		seen      = make(map[[3]string]struct{}, n)
 		perKey    = map[tenantKey]int64{}
+		locks     []int64
 		traceCtx  = traceHeaders(ctx)
 	)
 	for i := range msgs {
@@ -174,39 +233,27 @@ func (o *Outbox) stageArgs(ctx context.Context, msgs []Message) (stageArgs, erro
 		var idx *int64
 		if m.PartitionKey != "" && sched == nil {
 			tk := tenantKey{tenant, m.PartitionKey}
+			if perKey[tk] == 0 {
+				locks = append(locks, o.keyLock(tenant, m.PartitionKey))
+			}
 			perKey[tk]++
 			v := perKey[tk]
 			idx = &v
 		}
 		keyIndex = append(keyIndex, idx)
 	}
-	for i, k := range keys {
-		var c *int64
-		if keyIndex[i] != nil {
-			v := perKey[tenantKey{tenants[i], k}]
-			c = &v
-		}
-		keyCount = append(keyCount, c)
+	now := o.now()
+	a := stageArgs{ids: ids, topics: topics, tenants: tenants, locks: sortedLocks(locks)}
+	if a.locks == nil {
+		a.locks = []int64{}
 	}
-	a := stageArgs{
-		args: []any{ids, types, topics, payloads, metas, tenants, corrs, causes, keys, positions, scheduled, keyIndex,
-			keyCount, o.now()},
-		ids: ids, topics: topics, tenants: tenants,
-	}
-	sorted := make([]tenantKey, 0, len(perKey))
-	for k := range perKey {
-		sorted = append(sorted, k)
-	}
-	slices.SortFunc(sorted, func(x, y tenantKey) int {
-		if c := strings.Compare(x.tenant, y.tenant); c != 0 {
-			return c
-		}
-		return strings.Compare(x.key, y.key)
-	})
-	for _, k := range sorted {
-		a.keyTenants = append(a.keyTenants, k.tenant)
-		a.keys = append(a.keys, k.key)
-		a.counts = append(a.counts, perKey[k])
+	if len(ids) == 1 {
+		ordered := keyIndex[0] != nil
+		a.one = []any{ids[0], types[0], topics[0], payloads[0], metas[0], tenants[0], corrs[0], causes[0], keys[0],
+			ordered, positions[0], scheduled[0], now}
+	} else {
+		a.many = []any{ids, types, topics, payloads, metas, tenants, corrs, causes, keys, positions, scheduled,
+			keyIndex, now}
 	}
 	return a, nil
 }

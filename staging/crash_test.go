@@ -93,9 +93,9 @@ var crashCases = []struct {
 	strategy Strategy
 	points   []string
 }{
-	// Inside the append's transaction: before staging, between two staging statements, after staging and
-	// before the commit.
-	{Transactional, []string{"appended", "staging", "staged"}},
+	// Inside the append's transaction, between its two round trips: after the append, and with the staging
+	// statements queued before they are sent with the commit.
+	{Transactional, []string{"appended", "staged"}},
 	// After the append's commit and before staging; in the middle of staging; between staging and its commit.
 	{EventuallyConsistent, []string{"appended", "staging", "staged"}},
 	// The Deferred stager in the middle of staging a batch, and between staging and the checkpoint's commit.

@@ -170,6 +170,9 @@ func (s *Stager) Append(ctx context.Context, store eventstore.Store, batch aggre
 	s.tagSave(ctx)
 	switch s.strategy {
 	case Transactional:
+		if qa, ok := store.(eventstore.QueuedAppender); ok {
+			return s.appendQueued(ctx, qa, batch)
+		}
 		ts, ok := store.(eventstore.TransactionalStore)
 		if !ok {
 			return eventstore.AppendResult{}, fmt.Errorf("%w: transactional staging with %T", ErrInvalidConfig, store)
@@ -184,7 +187,7 @@ func (s *Stager) Append(ctx context.Context, store eventstore.Store, batch aggre
 			if err != nil {
 				return err
 			}
-			if err := s.stage(ctx, tx, msgs); err != nil {
+			if err := s.stage(ctx, tx, msgs, &outbox.StageOptions{NewIDs: true}); err != nil {
 				return err
 			}
 			s.at("staged")
@@ -216,6 +219,42 @@ func (s *Stager) Append(ctx context.Context, store eventstore.Store, batch aggre
 	}
 }
 
+// appendQueued is a Transactional save in two round trips: the append (with BEGIN), then the staging statements
+// with the COMMIT. The message IDs derive from the stream version this transaction inserts under the event store's
+// unique index, so no one else can have staged them: staging skips its ledger and dead-letter checks.
+func (s *Stager) appendQueued(ctx context.Context, store eventstore.QueuedAppender, batch aggregate.Batch) (
+	eventstore.AppendResult, error) {
+	var (
+		span trace.Span
+		sctx context.Context
+		n    int
+	)
+	res, err := store.AppendQueued(ctx, batch.Request, func(ctx context.Context, res eventstore.AppendResult,
+		b *pgx.Batch) error {
+		s.at("appended")
+		sctx, span = startStage(ctx, s.tracer, s.strategy, batch.Request)
+		msgs, err := s.messagesFor(res.Records, batch.Events)
+		if err != nil {
+			return err
+		}
+		n = len(msgs)
+		if _, err := s.outbox.QueueStage(sctx, b, &outbox.StageOptions{NewIDs: true, EndsTransaction: true},
+			msgs...); err != nil {
+			return err
+		}
+		s.at("staged")
+		return nil
+	})
+	if span != nil {
+		endStage(span, n, err)
+	}
+	if err != nil {
+		return res, err
+	}
+	s.outbox.Notify()
+	return res, nil
+}
+
 // AppendTx implements aggregate.Stager. Under Transactional the messages are staged on tx; the caller's commit
 // makes both visible (call the outbox's Notify after committing for low latency). Under EventuallyConsistent and
 // Deferred the repository never sees the commit, so staging is left to the Reconciler or the DeferredStager.
@@ -229,7 +268,8 @@ func (s *Stager) AppendTx(ctx context.Context, tx pgx.Tx, store eventstore.Trans
 	ctx, span := startStage(ctx, s.tracer, s.strategy, batch.Request)
 	msgs, err := s.messagesFor(res.Records, batch.Events)
 	if err == nil {
-		err = s.stage(ctx, tx, msgs)
+		// The IDs derive from the stream version just inserted on tx: no one else can have staged them.
+		err = s.stage(ctx, tx, msgs, &outbox.StageOptions{NewIDs: true})
 	}
 	endStage(span, len(msgs), err)
 	if err != nil {
@@ -238,21 +278,27 @@ func (s *Stager) AppendTx(ctx context.Context, tx pgx.Tx, store eventstore.Trans
 	return res, nil
 }
 
-// stage stages msgs on db.
-func (s *Stager) stage(ctx context.Context, db outbox.DB, msgs []outbox.Message) error {
+// stage stages msgs on db, in one round trip.
+func (s *Stager) stage(ctx context.Context, db outbox.DB, msgs []outbox.Message, opts *outbox.StageOptions) error {
 	if len(msgs) == 0 {
 		return nil
 	}
 	if s.hook != nil && len(msgs) > 1 { // tests: a crash point in the middle of staging
 		half := len(msgs) / 2
-		if _, err := s.outbox.StageTx(ctx, db, msgs[:half]...); err != nil {
+		if err := s.stage(ctx, db, msgs[:half], opts); err != nil {
 			return err
 		}
 		s.at("staging")
 		msgs = msgs[half:]
 	}
-	_, err := s.outbox.StageTx(ctx, db, msgs...)
-	return err
+	b := &pgx.Batch{}
+	if _, err := s.outbox.QueueStage(ctx, b, opts, msgs...); err != nil {
+		return err
+	}
+	if err := db.SendBatch(ctx, b).Close(); err != nil {
+		return fmt.Errorf("staging: stage %d message(s): %w", len(msgs), err)
+	}
+	return nil
 }
 
 // stageAfterCommit stages in a transaction of its own on the outbox's database, and returns how many messages it
@@ -287,7 +333,7 @@ func (s *Stager) stageAfterCommit(ctx context.Context, recs []eventstore.Record,
 			return 0, nil
 		}
 	}
-	if err := s.stage(ctx, tx, msgs); err != nil {
+	if err := s.stage(ctx, tx, msgs, nil); err != nil {
 		return 0, err
 	}
 	s.at("staged")

@@ -1,0 +1,229 @@
+package staging
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/stagehand-es/stagehand/aggregate"
+	"github.com/stagehand-es/stagehand/eventstore"
+	"github.com/stagehand-es/stagehand/internal/pgtest"
+	"github.com/stagehand-es/stagehand/outbox"
+)
+
+// countingPublisher accepts every message, counting them.
+type countingPublisher struct{ n atomic.Int64 }
+
+func (p *countingPublisher) Publish(_ string, msgs ...*message.Message) error {
+	p.n.Add(int64(len(msgs)))
+	return nil
+}
+func (p *countingPublisher) Close() error { return nil }
+
+// statsServer starts a cluster of its own with pg_stat_statements loaded and planning tracked.
+func statsServer(t *testing.T) string {
+	t.Helper()
+	srv, err := pgtest.Start(context.Background(), pgtest.Options{Settings: map[string]string{
+		"shared_preload_libraries":          "'pg_stat_statements'",
+		"pg_stat_statements.track_planning": "on",
+		"pg_stat_statements.max":            "10000",
+	}})
+	if errors.Is(err, pgtest.ErrNoPostgres) && os.Getenv(pgtest.EnvURL) != "" {
+		t.Skip("no local PostgreSQL binaries to start a server with pg_stat_statements loaded")
+	}
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = srv.Stop() })
+	return srv.URL()
+}
+
+// singleMapping maps OrderPlaced to one message, so a save of one event stages one message (the common case),
+// and OrderConfirmed to two, so a save of a placement stages three (several messages, two keys).
+func singleMapping(reg *aggregate.Registry) *Mapping {
+	m := NewMapping(reg)
+	_ = Map(m, "placed", func(src eventstore.Record, e OrderPlaced) ([]Message, error) {
+		return []Message{{Topic: "orders", Type: "order.placed", Payload: e}}, nil
+	})
+	_ = Map(m, "confirmed", func(src eventstore.Record, e OrderConfirmed) ([]Message, error) {
+		return []Message{{Topic: "orders", Type: "order.confirmed", Payload: e},
+			{Topic: "audit", Type: "order.confirmed", Payload: e, PartitionKey: "audit-" + src.StreamID}}, nil
+	})
+	return m
+}
+
+// Every hot statement keeps its plan: a few thousand saves (one event and one message, or a placement staging
+// several messages over two keys) beside a relay that publishes them and vacuums the outbox table several times,
+// with the statements of the staging, the relay (claim, mark, promotion, next due) and the append each planned on at
+// most 1% of their calls, counted by pg_stat_statements after a warm-up. A plan made per call costs more than the
+// statement it plans, and a vacuum (which invalidates every connection's plans on the table) must not turn into a
+// storm of them.
+func TestHotStatementsAreNotReplanned(t *testing.T) {
+	t.Parallel()
+	if testing.Short() {
+		t.Skip("runs thousands of saves")
+	}
+	url := statsServer(t)
+	pool, schema := pgtest.MigratedOn(t, url)
+	ctx := context.Background()
+	pgtest.Exec(t, pool, `CREATE EXTENSION IF NOT EXISTS pg_stat_statements`)
+	e := setupOn(t, pool, schema)
+	e.m = singleMapping(e.reg)
+	r, st := e.repo(e.store, &Config{Strategy: Transactional, Outbox: e.outbox})
+	require.Equal(t, Transactional, st.Strategy())
+
+	// The relay runs on a pool of its own, as a relay process would.
+	relayOutbox, err := outbox.New(pgtest.PoolFor(t, url), &outbox.Config{Schema: schema})
+	require.NoError(t, err)
+	relay, err := relayOutbox.NewRelay(&outbox.RelayConfig{PollingInterval: 100 * time.Millisecond,
+		VacuumInterval: 200 * time.Millisecond, VacuumAfterRows: 2000})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = relay.Close() })
+	router, err := message.NewRouter(message.RouterConfig{CloseTimeout: 10 * time.Second}, nil)
+	require.NoError(t, err)
+	pub := &countingPublisher{}
+	relay.AddToRouter(router, pub, nil)
+	rctx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- router.Run(rctx) }()
+	t.Cleanup(func() { stop(); <-done })
+	<-router.Running()
+
+	const clients = 2
+	save := func(rounds int) {
+		var wg sync.WaitGroup
+		errs := make(chan error, clients)
+		for c := range clients {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				o := r.New(fmt.Sprintf("hot-%d-%d", c, time.Now().UnixNano()))
+				for i := range rounds {
+					if i%2 == 1 {
+						o.Place(1) // two events, three messages over two keys
+					} else {
+						aggregate.Raise(o, OrderPlaced{Total: 1})
+					}
+					if err := r.Save(ctx, o); err != nil {
+						errs <- err
+						return
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			require.NoError(t, err)
+		}
+	}
+	vacuums := func() int64 {
+		return pgtest.Count(t, pool, `SELECT vacuum_count FROM pg_stat_user_tables WHERE schemaname = $1
+			AND relname = 'outbox'`, schema)
+	}
+	save(40) // warm-up: every connection prepares and plans its statements once
+	pgtest.Exec(t, pool, `SELECT pg_stat_statements_reset()`)
+	before := vacuums()
+	save(2000)
+	staged := pgtest.Count(t, pool, `SELECT count(*) FROM `+pgtest.Q(schema, "outbox")) +
+		pgtest.Count(t, pool, `SELECT count(*) FROM `+pgtest.Q(schema, "outbox_sent"))
+	pgtest.Eventually(t, 30*time.Second, func() bool {
+		return pgtest.Count(t, pool, `SELECT count(*) FROM `+pgtest.Q(schema, "outbox")) == 0
+	}, "the relay did not publish everything")
+	cycles := vacuums() - before
+	t.Logf("%d saves, %d messages, %d vacuums of the outbox", clients*2000, staged, cycles)
+	require.GreaterOrEqual(t, cycles, int64(3), "the relay vacuumed the outbox fewer than three times")
+	require.Positive(t, staged)
+
+	rows, err := pool.Query(ctx, `SELECT query, calls, plans FROM pg_stat_statements
+		WHERE query LIKE '%' || $1 || '%' AND calls >= 50 ORDER BY calls DESC`, `"`+schema+`"`)
+	require.NoError(t, err)
+	type stat struct {
+		query        string
+		calls, plans int64
+	}
+	stats, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (stat, error) {
+		var s stat
+		return s, row.Scan(&s.query, &s.calls, &s.plans)
+	})
+	require.NoError(t, err)
+	hot := map[string]bool{}
+	for _, s := range stats {
+		t.Logf("%-12s calls %6d plans %4d (%.2f%%) %.60s", hotName(s.query), s.calls, s.plans,
+			100*float64(s.plans)/float64(s.calls), strings.Join(strings.Fields(s.query), " "))
+	}
+	for _, s := range stats {
+		name := hotName(s.query)
+		if name == "" {
+			continue
+		}
+		hot[name] = true
+		require.LessOrEqualf(t, float64(s.plans), 0.01*float64(s.calls),
+			"%s was planned on %d of its %d calls:\n%s", name, s.plans, s.calls, s.query)
+	}
+	for _, name := range []string{"append", "stage", "claim", "mark"} {
+		require.Truef(t, hot[name], "no %s statement among the statements counted", name)
+	}
+}
+
+// hotName names the hot statement q is, or "".
+func hotName(q string) string {
+	switch {
+	case strings.Contains(q, `INSERT INTO`) && strings.Contains(q, `"events"`):
+		return "append"
+	case strings.Contains(q, `INSERT INTO`) && strings.Contains(q, `"outbox" (message_id`):
+		return "stage"
+	case strings.Contains(q, `UPDATE`) && strings.Contains(q, `lease_owner = $3`):
+		return "claim"
+	case strings.Contains(q, `INSERT INTO`) && strings.Contains(q, `"outbox_sent"`):
+		return "mark"
+	case strings.Contains(q, `next_attempt_at = $3`):
+		return "promote"
+	case strings.Contains(q, `min(next_attempt_at)`):
+		return "next due"
+	}
+	return ""
+}
+
+// A save locks few enough relations to stay within PostgreSQL's 16 fast-path lock slots per backend: beyond them,
+// every lock goes through the shared lock manager (a LockManager LWLock partition), which serializes concurrent
+// saves. Measured on the transactional twin (SaveTx), whose transaction is open to look at: it runs the same
+// statements as Save (plus a savepoint).
+func TestSaveStaysWithinFastPathLocks(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	e.m = singleMapping(e.reg)
+	ctx := context.Background()
+	r, _ := e.repo(e.store, &Config{Strategy: Transactional, Outbox: e.outbox})
+	for _, events := range []int{1, 2} {
+		o := r.New(fmt.Sprintf("locks-%d", events))
+		aggregate.Raise(o, OrderPlaced{Total: 1})
+		require.NoError(t, r.Save(ctx, o)) // the outbox has a pending row and the key a message: probes hit
+		tx, err := e.pool.Begin(ctx)
+		require.NoError(t, err)
+		if events == 1 {
+			aggregate.Raise(o, OrderPlaced{Total: 1})
+		} else {
+			o.Place(1)
+		}
+		require.NoError(t, r.SaveTx(ctx, tx, o))
+		var pid int
+		require.NoError(t, tx.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&pid))
+		var relations, slow int64
+		require.NoError(t, e.pool.QueryRow(ctx, `SELECT count(DISTINCT relation), count(*) FILTER (WHERE NOT fastpath)
+			FROM pg_locks WHERE pid = $1 AND locktype = 'relation'`, pid).Scan(&relations, &slow))
+		require.NoError(t, tx.Rollback(ctx))
+		t.Logf("save of %d event(s): %d relations locked, %d locks outside the fast path", events, relations, slow)
+		require.Zero(t, slow, "a save of %d event(s) took %d relation locks, %d outside the fast path", events,
+			relations, slow)
+		require.LessOrEqual(t, relations, int64(16))
+	}
+}
