@@ -101,7 +101,8 @@ func newQueries(schema string) queries {
 		// ($10 true, its key's lock held) takes the sequence number after the highest its key still has, pending or
 		// dead-lettered, and is parked ('infinity') behind a pending one or a dead letter holding the key until
 		// promoted. Sequence numbers only order the messages a key has at the same time; a key that has emptied
-		// starts again from 1. {new} is empty
+		// starts again from 1. The new-ID form is a plain insert (no ON CONFLICT: a speculative insertion costs an
+		// index probe and a WAL record more, and a conflict there would be a broken promise, better reported). {new} is empty
 		// when the message ID cannot have been staged before (see StageOptions.NewIDs); otherwise it skips an ID
 		// its tenant already has in the sent ledger or the dead letters for the topic.
 		stageOne: `
@@ -118,8 +119,7 @@ FROM (
                   ORDER BY p.seq DESC LIMIT 1) AS seq) p,
          (SELECT max(d.seq) AS seq, bool_or(d.holds_key) AS holds FROM {dead} d
           WHERE $10::bool AND d.tenant_id = $6 AND d.partition_key = $9 AND d.seq IS NOT NULL) d
-) k{dedup one}
-ON CONFLICT (message_id, topic, tenant_id) DO NOTHING`,
+) k{dedup one}`,
 
 		// Staging several messages: the same, over arrays. Ordered messages are numbered within their key by the
 		// caller ($12, 1..n per key); each key's base is probed once.
@@ -148,8 +148,7 @@ SELECT n.message_id, n.message_type, n.topic, n.payload, n.metadata::jsonb, n.te
          ELSE coalesce(n.scheduled_at, $13) END,
     $13
 FROM input n
-LEFT JOIN base b ON n.key_index IS NOT NULL AND b.tenant_id = n.tenant_id AND b.partition_key = n.partition_key{dedup many}
-ON CONFLICT (message_id, topic, tenant_id) DO NOTHING`,
+LEFT JOIN base b ON n.key_index IS NOT NULL AND b.tenant_id = n.tenant_id AND b.partition_key = n.partition_key{dedup many}`,
 
 		// The recheck closes a race the statement above cannot see: its snapshot predates a relay's move of the
 		// same ID into the ledger (or the dead letters), whose delete then lets the insert through. A new statement
@@ -463,12 +462,14 @@ DELETE FROM {inbox_dead} WHERE message_id = $1 AND handler = $2 AND ($3::text IS
 	// relay's statements stay templates until relay expands them with their mode (one pass as well).
 	dedupOne := `
 WHERE NOT EXISTS (SELECT 1 FROM {sent} s WHERE s.message_id = $1 AND s.topic = $3 AND s.tenant_id = $6)
-  AND NOT EXISTS (SELECT 1 FROM {dead} d WHERE d.message_id = $1 AND d.topic = $3 AND d.tenant_id = $6)`
+  AND NOT EXISTS (SELECT 1 FROM {dead} d WHERE d.message_id = $1 AND d.topic = $3 AND d.tenant_id = $6)
+ON CONFLICT (message_id, topic, tenant_id) DO NOTHING`
 	dedupMany := `
 WHERE NOT EXISTS (SELECT 1 FROM {sent} s
                   WHERE s.message_id = n.message_id AND s.topic = n.topic AND s.tenant_id = n.tenant_id)
   AND NOT EXISTS (SELECT 1 FROM {dead} d
-                  WHERE d.message_id = n.message_id AND d.topic = n.topic AND d.tenant_id = n.tenant_id)`
+                  WHERE d.message_id = n.message_id AND d.topic = n.topic AND d.tenant_id = n.tenant_id)
+ON CONFLICT (message_id, topic, tenant_id) DO NOTHING`
 	q.stageOne, q.stageOneNew = q.expand(q.stageOne, "{dedup one}", q.expand(dedupOne)),
 		q.expand(q.stageOne, "{dedup one}", "")
 	q.stageMany, q.stageManyNew = q.expand(q.stageMany, "{dedup many}", q.expand(dedupMany)),

@@ -65,9 +65,9 @@ func (o *Outbox) StageTx(ctx context.Context, db DB, msgs ...Message) (int, erro
 type StageOptions struct {
 	// NewIDs declares that no message ID of the call can have been staged before, by anyone: for example, IDs
 	// derived from an event appended in the same transaction, whose (stream, version) the event store's unique
-	// index gives to this transaction alone. Staging then skips its checks against the sent ledger and the dead
-	// letters (a message whose ID is pending is still inserted once). Default false. Wrong, it lets a message
-	// re-staged after it was sent be published again.
+	// index gives to this transaction alone. Staging then skips its checks against the sent ledger, the dead
+	// letters and the pending messages: an ID that is pending after all fails the staging with a unique
+	// violation. Default false. Wrong, it lets a message re-staged after it was sent be published again.
 	NewIDs bool
 	// EndsTransaction declares that only the end of the transaction follows the queued statements (the caller
 	// queues its COMMIT right after them), so the transaction-local settings staging uses for its own statements
