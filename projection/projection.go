@@ -109,7 +109,7 @@ func New(pool *pgxpool.Pool, store eventstore.Store, h Handler, cfg *Config) (*P
 		p.reg = m.reg
 	}
 	if p.reg != nil {
-		if err := p.reg.Err(); err != nil {
+		if err := p.reg.Validate(); err != nil {
 			return nil, &ConfigError{Field: "Registry", Reason: "has registration errors: " + err.Error()}
 		}
 	}
