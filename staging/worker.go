@@ -119,6 +119,9 @@ func newWorker(kind string, store eventstore.Store, o *outbox.Outbox, m *Mapping
 		AfterCommit:  o.Notify,
 	})
 	if err != nil {
+		if ce := (*logfollow.ConfigError)(nil); errors.As(err, &ce) {
+			return nil, fmt.Errorf("%w: %s: %s %s", ErrInvalidConfig, workerName(kind, c.Name), ce.Field, ce.Reason)
+		}
 		return nil, fmt.Errorf("%w: %s %q: %w", ErrInvalidConfig, kind, c.Name, err)
 	}
 	w.follower = f

@@ -41,3 +41,13 @@ func TestWorkerStopsWithAPublicError(t *testing.T) {
 	require.True(t, strings.HasPrefix(err.Error(), "staging: stager:broken stopped: event "), err.Error())
 	require.NotContains(t, err.Error(), "logfollow")
 }
+
+// An invalid worker setting is a staging configuration error naming the field, in the package's own words.
+func TestWorkerConfigErrorNamesTheField(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	_, err := NewReconciler(e.store, e.outbox, e.m, &WorkerConfig{BatchSize: 10001})
+	require.ErrorIs(t, err, ErrInvalidConfig)
+	require.ErrorContains(t, err, "staging: invalid configuration: reconciler:default: BatchSize")
+	require.Equal(t, 1, strings.Count(err.Error(), "invalid configuration"), err.Error())
+}
