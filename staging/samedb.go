@@ -2,9 +2,11 @@ package staging
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -15,7 +17,8 @@ const identityTimeout = 5 * time.Second
 // from two pools mean one database on one running server, whatever host names, addresses or sockets the pools
 // connect through.
 //
-//   - system is the cluster's system identifier (fixed at initdb): two separately created servers differ.
+//   - system is the cluster's system identifier (fixed at initdb): two separately created servers differ. It is 0
+//     when the role may not read it (pg_control_system is restricted on some managed services).
 //   - started is when the server's postmaster started: a physical copy or streaming replica of a cluster shares
 //     its system identifier but runs as another server, started at another instant.
 //   - port is the server's configured port (the setting, not the connection's, so a Unix socket and TCP agree).
@@ -33,9 +36,20 @@ type databaseIdentity struct {
 const identityQuery = `SELECT (SELECT system_identifier FROM pg_control_system()), pg_postmaster_start_time(),
     current_setting('port'), current_database()`
 
+// identityQueryNoControl is identityQuery for servers that refuse pg_control_system (some managed services
+// restrict or lack it): the start instant, port and name still tell servers and databases apart.
+const identityQueryNoControl = `SELECT 0::bigint, pg_postmaster_start_time(), current_setting('port'),
+    current_database()`
+
 func identityOf(ctx context.Context, pool *pgxpool.Pool) (databaseIdentity, error) {
 	var id databaseIdentity
-	if err := pool.QueryRow(ctx, identityQuery).Scan(&id.system, &id.started, &id.port, &id.name); err != nil {
+	err := pool.QueryRow(ctx, identityQuery).Scan(&id.system, &id.started, &id.port, &id.name)
+	// 42501 insufficient_privilege, 42883 undefined_function, 0A000 feature_not_supported.
+	if pgErr := (*pgconn.PgError)(nil); errors.As(err, &pgErr) &&
+		(pgErr.Code == "42501" || pgErr.Code == "42883" || pgErr.Code == "0A000") {
+		err = pool.QueryRow(ctx, identityQueryNoControl).Scan(&id.system, &id.started, &id.port, &id.name)
+	}
+	if err != nil {
 		return id, fmt.Errorf("staging: read the database identity: %w", err)
 	}
 	return id, nil
@@ -61,5 +75,12 @@ func samePoolDatabase(a, b *pgxpool.Pool) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	return ia == ib, nil
+	return ia.same(ib), nil
+}
+
+// same reports whether a and b are one database. A system identifier of 0 (not readable by that connection's
+// role) matches any: the other three still decide.
+func (a databaseIdentity) same(b databaseIdentity) bool {
+	return (a.system == b.system || a.system == 0 || b.system == 0) && a.started.Equal(b.started) &&
+		a.port == b.port && a.name == b.name
 }

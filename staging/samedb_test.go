@@ -99,3 +99,34 @@ func TestUnanswerableIdentityIsNotOneDatabase(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, EventuallyConsistent, st.Strategy())
 }
+
+// A role that may not read the cluster's system identifier still gets an answer (from the server's start, port
+// and database name), and its pool and a privileged pool on the same database are one database.
+func TestIdentityWithoutTheSystemIdentifier(t *testing.T) {
+	t.Parallel()
+	db := otherDatabase(t) // a database of this test's own: the revoke below stays in it
+	role := pgtest.NewSchemaName(t)
+	admin := pgtest.Pool(t)
+	pgtest.Exec(t, admin, "CREATE ROLE "+role+" LOGIN")
+	t.Cleanup(func() { _, _ = admin.Exec(context.Background(), "DROP ROLE IF EXISTS "+role) })
+	pgtest.Exec(t, db, "REVOKE EXECUTE ON FUNCTION pg_control_system() FROM PUBLIC")
+
+	cfg := db.Config()
+	cfg.ConnConfig.User, cfg.ConnConfig.Host, cfg.ConnConfig.Fallbacks = role, "localhost", nil
+	restricted, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	require.NoError(t, err)
+	t.Cleanup(restricted.Close)
+	_, err = restricted.Exec(context.Background(), identityQuery)
+	require.ErrorContains(t, err, "permission denied", "the role cannot read the system identifier")
+
+	id, err := identityOf(context.Background(), restricted)
+	require.NoError(t, err)
+	require.Zero(t, id.system)
+	same, err := samePoolDatabase(db, restricted)
+	require.NoError(t, err)
+	require.True(t, same)
+	e := setup(t)
+	same, err = samePoolDatabase(e.pool, restricted)
+	require.NoError(t, err)
+	require.False(t, same, "another database of the same server")
+}
