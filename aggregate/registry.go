@@ -64,6 +64,7 @@ type upcastKey struct {
 type upcaster struct {
 	key upcastKey
 	in  reflect.Type
+	out reflect.Type // To as registered (an interface when the upcaster decides at run time)
 	fn  func(any) (any, error)
 }
 
@@ -93,7 +94,8 @@ func NewRegistry(cfg *RegistryConfig) *Registry {
 // Codec returns the registry's codec.
 func (r *Registry) Codec() Codec { return r.codec }
 
-// Err returns every registration error so far, joined, or nil.
+// Err returns every registration error so far, joined, or nil. Validate also checks the upcaster chains, which
+// only a complete registry can answer for.
 func (r *Registry) Err() error {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
@@ -186,7 +188,8 @@ func RegisterUpcaster[From, To any](r *Registry, name string, version int, fn fu
 	if _, ok := r.upByInput[in]; ok {
 		return r.fail(fmt.Errorf("%w: %s is the input of two upcasters", ErrRegistration, in))
 	}
-	u := &upcaster{key: key, in: in, fn: func(v any) (any, error) { return fn(v.(From)) }}
+	u := &upcaster{key: key, in: in, out: reflect.TypeFor[To](),
+		fn: func(v any) (any, error) { return fn(v.(From)) }}
 	r.upcasters[key] = u
 	r.upByInput[in] = u
 	return nil

@@ -108,7 +108,7 @@ func NewRepository[A Aggregate](store eventstore.Store, reg *Registry, cfg *Repo
 	case -1:
 		c.UpdateRetries = 0
 	}
-	if err := reg.Err(); err != nil {
+	if err := reg.Validate(); err != nil {
 		return nil, fmt.Errorf("aggregate: registry: %w", err)
 	}
 	typ, err := reg.aggregate(reflect.TypeFor[A]())

@@ -98,13 +98,18 @@ type Component struct {
 
 // OutboxDetails are the outbox figures a check saw.
 type OutboxDetails struct {
-	// Pending, Scheduled, BackingOff, Parked, InFlight and DeadLettered are outbox.Stats'.
-	Pending      int64 `json:"pending"`
-	Scheduled    int64 `json:"scheduled"`
-	BackingOff   int64 `json:"backing_off"`
-	Parked       int64 `json:"parked"`
-	InFlight     int64 `json:"in_flight"`
-	DeadLettered int64 `json:"dead_lettered"`
+	// Pending, Scheduled, BackingOff, Parked, WaitingBehindPending, HeldByDeadLetter, InFlight and DeadLettered
+	// are outbox.Stats': Parked is WaitingBehindPending (messages waiting behind an earlier pending message of
+	// their key, which go out in turn) plus HeldByDeadLetter (messages held by a dead letter of their key, which
+	// wait for an operator).
+	Pending              int64 `json:"pending"`
+	Scheduled            int64 `json:"scheduled"`
+	BackingOff           int64 `json:"backing_off"`
+	Parked               int64 `json:"parked"`
+	WaitingBehindPending int64 `json:"waiting_behind_pending"`
+	HeldByDeadLetter     int64 `json:"held_by_dead_letter"`
+	InFlight             int64 `json:"in_flight"`
+	DeadLettered         int64 `json:"dead_lettered"`
 	// Ready counts pending messages a relay should be delivering now (neither backing off nor parked).
 	Ready int64 `json:"ready"`
 	// OldestPendingAge is how long the oldest pending message has been due.
@@ -307,6 +312,7 @@ func (c *Checker) checkOutbox(ctx context.Context, now time.Time) Component {
 	}
 	ready := max(st.Pending-st.BackingOff-st.Parked, 0)
 	d := OutboxDetails{Pending: st.Pending, Scheduled: st.Scheduled, BackingOff: st.BackingOff, Parked: st.Parked,
+		WaitingBehindPending: st.WaitingBehindPending, HeldByDeadLetter: st.HeldByDeadLetter,
 		InFlight: st.InFlight, DeadLettered: st.DeadLettered, Ready: ready,
 		OldestPendingAge: Duration(st.OldestPendingAge)}
 	if !c.lastPub.IsZero() {
@@ -318,7 +324,12 @@ func (c *Checker) checkOutbox(ctx context.Context, now time.Time) Component {
 	c.inactive(&v, idle, "%d messages ready but none published for %s (oldest pending for %s)", ready,
 		idle.Round(time.Second), st.OldestPendingAge.Round(time.Second))
 	if c.cfg.DeadLetters > 0 && st.DeadLettered >= c.cfg.DeadLetters {
-		v.add(Degraded, "%d dead letters wait to be redriven or discarded", st.DeadLettered)
+		if st.HeldByDeadLetter > 0 {
+			v.add(Degraded, "%d dead letters wait to be redriven or discarded, holding %d later messages of their keys",
+				st.DeadLettered, st.HeldByDeadLetter)
+		} else {
+			v.add(Degraded, "%d dead letters wait to be redriven or discarded", st.DeadLettered)
+		}
 	}
 	return Component{Name: v.name, Status: v.status, Reasons: v.reasons, Outbox: &d}
 }

@@ -38,8 +38,8 @@ func (o *Outbox) Tenant(tenant string) *Admin {
 
 // Stats describes the outbox at one instant.
 type Stats struct {
-	// Pending counts messages due or overdue that are not yet published: waiting, being delivered, backing off
-	// after a rejection, or parked behind a dead letter of their key.
+	// Pending counts messages due or overdue that are not yet published: ready, being delivered, backing off
+	// after a rejection, or parked behind an earlier message of their key (Parked).
 	Pending int64
 	// OldestPendingAge is how long the oldest pending message has been due (zero when none is pending). A value
 	// that keeps growing while relays run means the outbox is stalled.
@@ -48,8 +48,15 @@ type Stats struct {
 	Scheduled int64
 	// BackingOff counts pending messages waiting for a retry after a rejection.
 	BackingOff int64
-	// Parked counts pending messages held behind a dead-lettered message of their key.
+	// Parked counts pending messages parked behind an earlier message of their partition key, for either reason:
+	// Parked = WaitingBehindPending + HeldByDeadLetter.
 	Parked int64
+	// WaitingBehindPending counts parked messages whose key has an earlier message still pending (ready, in
+	// flight or backing off): the normal state of a key with several messages, which go out in turn.
+	WaitingBehindPending int64
+	// HeldByDeadLetter counts parked messages whose key a dead-lettered message holds: they wait until it is
+	// redriven or discarded, or the key released.
+	HeldByDeadLetter int64
 	// InFlight counts pending messages currently leased by a relay.
 	InFlight int64
 	// DeadLettered counts messages in the dead letters.
@@ -64,9 +71,11 @@ func (a *Admin) Stats(ctx context.Context) (Stats, error) {
 	var st Stats
 	var oldest *time.Time
 	if err := a.o.pool.QueryRow(ctx, a.o.q.stats, a.tenant, now).Scan(&st.Pending, &st.Scheduled, &st.BackingOff,
-		&st.Parked, &st.InFlight, &oldest, &st.DeadLettered, &st.Sent); err != nil {
+		&st.WaitingBehindPending, &st.HeldByDeadLetter, &st.InFlight, &oldest, &st.DeadLettered,
+		&st.Sent); err != nil {
 		return Stats{}, fmt.Errorf("outbox: stats: %w", err)
 	}
+	st.Parked = st.WaitingBehindPending + st.HeldByDeadLetter
 	if oldest != nil && now.After(*oldest) {
 		st.OldestPendingAge = now.Sub(*oldest)
 	}

@@ -296,6 +296,7 @@ func TestStatisticsAndCleanup(t *testing.T) {
 	require.EqualValues(t, 1, st.Scheduled)
 	require.EqualValues(t, 1, st.BackingOff)
 	require.EqualValues(t, 1, st.Parked)
+	require.EqualValues(t, 1, st.HeldByDeadLetter)
 	require.EqualValues(t, 1, st.DeadLettered)
 	require.EqualValues(t, 4, st.Sent)
 	require.Greater(t, st.OldestPendingAge, time.Duration(0))

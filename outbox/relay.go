@@ -275,7 +275,10 @@ func (s *subscription) claimer(listen <-chan struct{}) {
 				return
 			}
 		}
-		n, err := s.claim(limit)
+		// The claim's instant bounds the next-due query below: a row falling due while the claim runs is not
+		// claimed, and must not be skipped as already past either.
+		claimedAt := s.r.o.now()
+		n, err := s.claim(claimedAt, limit)
 		if err != nil {
 			if s.ctx.Err() != nil {
 				return
@@ -306,7 +309,7 @@ func (s *subscription) claimer(listen <-chan struct{}) {
 		}
 		wait := s.s.pollingInterval
 		if err == nil {
-			if next, ok := s.nextDue(); ok {
+			if next, ok := s.nextDue(claimedAt); ok {
 				wait = min(wait, max(time.Until(next), time.Millisecond))
 			}
 		}
@@ -393,7 +396,7 @@ func (s *subscription) exec(ctx context.Context, b *pgx.Batch, read func(pgx.Bat
 	return err
 }
 
-func (s *subscription) claim(limit int) (n int, err error) {
+func (s *subscription) claim(now time.Time, limit int) (n int, err error) {
 	start := time.Now()
 	var claimed []*row
 	defer func() {
@@ -403,7 +406,6 @@ func (s *subscription) claim(limit int) (n int, err error) {
 			h(s.ctx, n, took, err)
 		}
 	}()
-	now := s.r.o.now()
 	args := []any{now, limit, s.owner, now.Add(s.s.leaseDuration), s.topics, s.runLength() - 1, s.runHeads()}
 	if s.st.partitioned {
 		args = append(args, s.lo, s.hi)
@@ -497,10 +499,13 @@ func (s *subscription) sweep() {
 	}
 }
 
-func (s *subscription) nextDue() (time.Time, bool) {
+// nextDue is when the earliest row that was not yet due at the claim at claimedAt falls due. Asking from the
+// claim's instant rather than from now keeps a row that fell due in between: it comes back already due, and the
+// claimer claims it at once instead of a poll later.
+func (s *subscription) nextDue(claimedAt time.Time) (time.Time, bool) {
 	var next *time.Time
 	b := &pgx.Batch{}
-	b.Queue(s.q.nextDue, s.r.o.now(), s.topics)
+	b.Queue(s.q.nextDue, claimedAt, s.topics)
 	if err := s.exec(s.ctx, b, func(res pgx.BatchResults) error {
 		return res.QueryRow().Scan(&next)
 	}); err != nil || next == nil {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/metric"
@@ -22,8 +23,10 @@ import (
 //     own context replaces it in the delivered Watermill message's metadata, so the consumer's span continues
 //     the same trace;
 //   - counters of messages published, delivery attempts rejected, and messages dead-lettered (by topic), a
-//     histogram of claim durations, and gauges of the pending messages (due now, as Admin.Stats counts them) and
-//     of the age of the oldest, both from one query per collection.
+//     histogram of claim durations, and gauges of the pending messages (due now, as Admin.Stats counts them), of
+//     the age of the oldest, and of the parked messages by what they wait behind (an earlier pending message of
+//     their key, or a dead letter holding it: Stats.WaitingBehindPending and Stats.HeldByDeadLetter), all from one
+//     query per collection.
 type relayTelemetry struct {
 	r      *Relay
 	tracer trace.Tracer
@@ -72,39 +75,64 @@ func newRelayTelemetry(r *Relay) (*relayTelemetry, error) {
 	if err != nil {
 		return nil, wrap(err)
 	}
+	parked, err := m.Int64ObservableGauge(telemetry.MetricOutboxParked, metric.WithUnit("{message}"),
+		metric.WithDescription("Messages in the outbox parked behind an earlier message of their key, by what "+
+			"they wait behind: an earlier pending message (pending) or a dead letter holding the key (dead_letter)."))
+	if err != nil {
+		return nil, wrap(err)
+	}
+	behindPending := metric.WithAttributes(telemetry.AttrParkedBehind.String(telemetry.ParkedBehindPending))
+	behindDead := metric.WithAttributes(telemetry.AttrParkedBehind.String(telemetry.ParkedBehindDeadLetter))
 	t.reg, err = m.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
-		n, age, err := t.pending(ctx)
+		g, err := t.gauges(ctx)
 		if err != nil {
 			return err
 		}
-		o.ObserveInt64(pending, n)
-		o.ObserveFloat64(oldest, age.Seconds())
+		o.ObserveInt64(pending, g.pending)
+		o.ObserveFloat64(oldest, g.oldest.Seconds())
+		o.ObserveInt64(parked, g.waiting, behindPending)
+		o.ObserveInt64(parked, g.held, behindDead)
 		return nil
-	}, pending, oldest)
+	}, pending, oldest, parked)
 	if err != nil {
 		return nil, wrap(err)
 	}
 	return t, nil
 }
 
-// pending counts the due messages and the age of the oldest, in one statement (a scan of the hot outbox table,
-// which holds only messages still to publish).
-func (t *relayTelemetry) pending(ctx context.Context) (int64, time.Duration, error) {
+// gaugeValues are the figures of the relay's gauges at one collection.
+type gaugeValues struct {
+	pending, waiting, held int64
+	oldest                 time.Duration
+}
+
+// gauges counts the due messages, the age of the oldest and the parked messages by what they wait behind, in one
+// statement (a scan of the hot outbox table, which holds only messages still to publish; only parked rows probe
+// the dead letters, through the key index).
+func (t *relayTelemetry) gauges(ctx context.Context) (gaugeValues, error) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	o := t.r.o
 	now := o.now()
-	var n int64
+	var g gaugeValues
 	var oldest *time.Time
-	err := o.pool.QueryRow(ctx, `SELECT count(*), min(coalesce(scheduled_at, created_at)) FROM `+
-		o.q.tableOutbox+` WHERE scheduled_at IS NULL OR scheduled_at <= $1`, now).Scan(&n, &oldest)
+	err := o.pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE o.scheduled_at IS NULL OR o.scheduled_at <= $1),
+    min(coalesce(o.scheduled_at, o.created_at)) FILTER (WHERE o.scheduled_at IS NULL OR o.scheduled_at <= $1),
+    count(*) FILTER (WHERE o.next_attempt_at = 'infinity' AND coalesce(h.seq >= o.seq, true)),
+    count(*) FILTER (WHERE o.next_attempt_at = 'infinity' AND h.seq < o.seq)
+FROM `+o.q.tableOutbox+` o
+LEFT JOIN LATERAL (
+    SELECT d.seq FROM `+pgx.Identifier{o.schema, "outbox_dead_letters"}.Sanitize()+` d
+    WHERE o.next_attempt_at = 'infinity' AND d.holds_key AND d.tenant_id = o.tenant_id
+      AND d.partition_key = o.partition_key
+    ORDER BY d.seq LIMIT 1) h ON true`, now).Scan(&g.pending, &oldest, &g.waiting, &g.held)
 	if err != nil {
-		return 0, 0, fmt.Errorf("outbox: pending gauge: %w", err)
+		return gaugeValues{}, fmt.Errorf("outbox: outbox gauges: %w", err)
 	}
-	if oldest == nil {
-		return n, 0, nil
+	if oldest != nil {
+		g.oldest = max(now.Sub(*oldest), 0)
 	}
-	return n, max(now.Sub(*oldest), 0), nil
+	return g, nil
 }
 
 func (t *relayTelemetry) close() {

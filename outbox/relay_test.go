@@ -203,6 +203,8 @@ func TestPoisonMessageHoldsItsKeyUntilRedriven(t *testing.T) {
 	require.NoError(t, err)
 	require.EqualValues(t, 1, st.DeadLettered)
 	require.EqualValues(t, 4, st.Parked)
+	require.EqualValues(t, 4, st.HeldByDeadLetter, "p2..p5 are held by p1's dead letter")
+	require.Zero(t, st.WaitingBehindPending)
 
 	list, err := e.ob.AllTenants().DeadLetters(ctx, outbox.ListOptions{})
 	require.NoError(t, err)

@@ -387,17 +387,27 @@ FROM {dead} WHERE message_id = $1 AND ($2::text IS NULL OR tenant_id = $2)
 ORDER BY dead_at, topic, tenant_id
 LIMIT 1`,
 
+		// Stats: the parked messages (next_attempt_at 'infinity') split by what they wait for: a dead letter holding
+		// their key (one with an earlier sequence number), else an earlier pending message of their key. Only
+		// parked rows probe the dead letters, through the key index.
 		stats: `
 SELECT
-    count(*) FILTER (WHERE scheduled_at IS NULL OR scheduled_at <= $2),
-    count(*) FILTER (WHERE scheduled_at > $2 AND next_attempt_at < 'infinity'),
-    count(*) FILTER (WHERE attempts > 0 AND next_attempt_at > $2 AND next_attempt_at < 'infinity'),
-    count(*) FILTER (WHERE next_attempt_at = 'infinity'),
-    count(*) FILTER (WHERE lease_owner IS NOT NULL AND lease_expires_at > $2),
-    min(coalesce(scheduled_at, created_at)) FILTER (WHERE scheduled_at IS NULL OR scheduled_at <= $2),
+    count(*) FILTER (WHERE o.scheduled_at IS NULL OR o.scheduled_at <= $2),
+    count(*) FILTER (WHERE o.scheduled_at > $2 AND o.next_attempt_at < 'infinity'),
+    count(*) FILTER (WHERE o.attempts > 0 AND o.next_attempt_at > $2 AND o.next_attempt_at < 'infinity'),
+    count(*) FILTER (WHERE o.next_attempt_at = 'infinity' AND coalesce(h.seq >= o.seq, true)),
+    count(*) FILTER (WHERE o.next_attempt_at = 'infinity' AND h.seq < o.seq),
+    count(*) FILTER (WHERE o.lease_owner IS NOT NULL AND o.lease_expires_at > $2),
+    min(coalesce(o.scheduled_at, o.created_at)) FILTER (WHERE o.scheduled_at IS NULL OR o.scheduled_at <= $2),
     (SELECT count(*) FROM {dead} WHERE $1::text IS NULL OR tenant_id = $1),
     (SELECT count(*) FROM {sent} WHERE $1::text IS NULL OR tenant_id = $1)
-FROM {outbox} WHERE $1::text IS NULL OR tenant_id = $1`,
+FROM {outbox} o
+LEFT JOIN LATERAL (
+    SELECT d.seq FROM {dead} d
+    WHERE o.next_attempt_at = 'infinity' AND d.holds_key AND d.tenant_id = o.tenant_id
+      AND d.partition_key = o.partition_key
+    ORDER BY d.seq LIMIT 1) h ON true
+WHERE $1::text IS NULL OR o.tenant_id = $1`,
 
 		// Cleanup: one batch of ledger entries older than the cutoff, never at or above the lowest watermark.
 		cleanupSent: `

@@ -156,6 +156,7 @@ func TestTenantKeysDiscardReleasesOnlyItsTenant(t *testing.T) {
 	st, err := e.ob.Tenant(globex).Stats(ctx)
 	require.NoError(t, err)
 	require.EqualValues(t, 1, st.Parked, "globex's key is still held by its own dead letter")
+	require.EqualValues(t, 1, st.HeldByDeadLetter)
 }
 
 // The sweep promotes the first parked message of every (tenant, key) whose promotion was missed, including two

@@ -46,12 +46,37 @@ type Resetter interface {
 	Reset(ctx context.Context, tx pgx.Tx) error
 }
 
-// HandlerError is returned by Run when an event failed MaxAttempts times under the Stop failure mode. It matches
-// errors.Is(err, ErrHandler) and unwraps to the handler's last error.
-type HandlerError = logfollow.HandlerError
+// HandlerError is returned by Run when an event failed MaxAttempts times under the Stop failure mode (or failed
+// for good at once: an event that cannot be decoded). It matches errors.Is(err, ErrHandler), and unwraps to the
+// handler's last error.
+type HandlerError struct {
+	// Name is the checkpoint that stopped: the projection's name, or "name#i/n" for partition i of n.
+	Name string
+	// Record is the event that failed, Attempts how many times it was tried, Err the last error.
+	Record   eventstore.Record
+	Attempts int
+	Err      error
+}
+
+func (e *HandlerError) Error() string {
+	return fmt.Sprintf("projection %s stopped: event %q at position %d (stream %q version %d, tenant %q) failed "+
+		"%d times: %v", e.Name, e.Record.Type, e.Record.Position, e.Record.StreamID, e.Record.Version,
+		e.Record.Tenant, e.Attempts, e.Err)
+}
+
+// Is matches ErrHandler.
+func (e *HandlerError) Is(target error) bool { return target == ErrHandler }
+
+// Unwrap returns the handler's last error.
+func (e *HandlerError) Unwrap() error { return e.Err }
 
 // ErrHandler matches the *HandlerError returned by Run in Stop mode.
-var ErrHandler = logfollow.ErrHandler
+var ErrHandler = errors.New("projection: handler failed")
+
+// handlerError is the public form of a log follower's give-up.
+func handlerError(f *logfollow.HandlerError) *HandlerError {
+	return &HandlerError{Name: f.Name, Record: f.Record, Attempts: f.Attempts, Err: f.Err}
+}
 
 // Projection follows the global log and applies it to a read model through a Handler. Create it with New, run it
 // with Run, and Close it when it is no longer needed (Close unregisters its lag gauges).
@@ -84,7 +109,7 @@ func New(pool *pgxpool.Pool, store eventstore.Store, h Handler, cfg *Config) (*P
 		p.reg = m.reg
 	}
 	if p.reg != nil {
-		if err := p.reg.Err(); err != nil {
+		if err := p.reg.Validate(); err != nil {
 			return nil, &ConfigError{Field: "Registry", Reason: "has registration errors: " + err.Error()}
 		}
 	}
@@ -104,8 +129,8 @@ func New(pool *pgxpool.Pool, store eventstore.Store, h Handler, cfg *Config) (*P
 		}
 		if c.OnFailure == Park {
 			name := fc.Name
-			fc.OnExhausted = func(ctx context.Context, tx pgx.Tx, failure *HandlerError) error {
-				return p.park(ctx, tx, name, failure)
+			fc.OnExhausted = func(ctx context.Context, tx pgx.Tx, failure *logfollow.HandlerError) error {
+				return p.park(ctx, tx, name, handlerError(failure))
 			}
 		}
 		f, err := logfollow.New(pool, store, p.batchHandler(fc.Name), fc)
@@ -175,6 +200,9 @@ func (p *Projection) Run(ctx context.Context) error {
 	err := g.Wait()
 	stopReplay()
 	<-replayDone
+	if herr := (*logfollow.HandlerError)(nil); errors.As(err, &herr) {
+		return handlerError(herr)
+	}
 	return err
 }
 

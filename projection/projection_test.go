@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -284,6 +285,9 @@ func TestStopModeStopsWithTheError(t *testing.T) {
 	require.Equal(t, int64(3), herr.Record.Position)
 	require.Equal(t, 2, herr.Attempts)
 	require.ErrorContains(t, err, "boom")
+	require.Equal(t, "accounts", herr.Name)
+	require.True(t, strings.HasPrefix(err.Error(), "projection accounts stopped: event "), err.Error())
+	require.NotContains(t, err.Error(), "logfollow", "no internal package name reaches the user")
 	st := status(t, p)
 	require.Equal(t, projection.Failed, st.State)
 	require.Equal(t, int64(2), st.Position)

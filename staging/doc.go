@@ -25,7 +25,12 @@
 //
 // The workers (DeferredStager, Reconciler) run one active instance per name across processes, on the lease shared
 // with projections, stage exactly once per event (a crash rolls back both the staging and the checkpoint), report
-// their lag, and keep an outbox watermark so cleanup never forgets a sent message they could stage again.
+// their lag, and keep an outbox watermark so cleanup never forgets a sent message they could stage again. A worker
+// that cannot stage an event's messages (a mapping error, five times over) stops at it with a *WorkerError
+// (errors.Is ErrWorkerStopped): the event is never skipped.
+//
+// Auto and Transactional need the event store and the outbox on one database; New asks both databases who they
+// are (see Auto), so host names and addresses that differ do not matter.
 //
 // # Telemetry
 //

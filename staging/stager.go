@@ -120,7 +120,9 @@ func New(store eventstore.Store, cfg *Config) (*Stager, error) {
 	return s, nil
 }
 
-// transactionalGaps lists what keeps store and o from sharing one transaction.
+// transactionalGaps lists what keeps store and o from sharing one transaction. Whether the event store and the
+// outbox are on one database is asked of the databases themselves (see samePoolDatabase), so two pools reaching one
+// database by different host names count as one; the question has its own timeout, since New takes no context.
 func transactionalGaps(store eventstore.Store, o *outbox.Outbox) []string {
 	var missing []string
 	ts, ok := store.(eventstore.TransactionalStore)
@@ -131,24 +133,25 @@ func transactionalGaps(store eventstore.Store, o *outbox.Outbox) []string {
 	if o == nil {
 		missing = append(missing, "an outbox (Config.Outbox is nil)")
 	}
-	if ok && o != nil && !sameDatabase(ts, o) {
-		missing = append(missing, "the outbox on the event store's database (their pools connect to different "+
-			"databases)")
+	if ok && o != nil {
+		switch same, err := sameDatabase(ts, o); {
+		case err != nil:
+			missing = append(missing, fmt.Sprintf("the outbox on the event store's database (could not tell "+
+				"whether their pools reach one database: %v)", err))
+		case !same:
+			missing = append(missing, "the outbox on the event store's database (their pools connect to different "+
+				"databases)")
+		}
 	}
 	return missing
 }
 
-func sameDatabase(store eventstore.TransactionalStore, o *outbox.Outbox) bool {
+func sameDatabase(store eventstore.TransactionalStore, o *outbox.Outbox) (bool, error) {
 	sp, ok := store.(interface{ Pool() *pgxpool.Pool })
 	if !ok {
-		return false
+		return false, nil
 	}
-	a, b := sp.Pool(), o.Pool()
-	if a == b {
-		return true
-	}
-	ca, cb := a.Config().ConnConfig, b.Config().ConnConfig
-	return ca.Host == cb.Host && ca.Port == cb.Port && ca.Database == cb.Database
+	return samePoolDatabase(sp.Pool(), o.Pool())
 }
 
 // Strategy returns the resolved strategy (never Auto).

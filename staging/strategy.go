@@ -11,7 +11,11 @@ type Strategy int
 const (
 	// Auto resolves once, at construction: Transactional when the event store can share a transaction with the
 	// outbox (a TransactionalStore on the outbox's database), else EventuallyConsistent when an outbox is
-	// configured, else Deferred (with a warning: nothing is staged unless a Deferred stager runs).
+	// configured, else Deferred (with a warning: nothing is staged unless a Deferred stager runs). "The outbox's
+	// database" is decided by the databases themselves, not by connection strings: pools whose configurations
+	// differ are each asked for their server's identity and their database's name (within 5 seconds, since New
+	// takes no context), so one database reached as 127.0.0.1 and as localhost is one, two databases on one
+	// server are two, and a database that cannot answer is not taken to be the event store's.
 	Auto Strategy = iota
 	// Transactional appends the events and stages their messages in one PostgreSQL transaction.
 	Transactional

@@ -2,6 +2,7 @@ package staging
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -118,6 +119,9 @@ func newWorker(kind string, store eventstore.Store, o *outbox.Outbox, m *Mapping
 		AfterCommit:  o.Notify,
 	})
 	if err != nil {
+		if ce := (*logfollow.ConfigError)(nil); errors.As(err, &ce) {
+			return nil, fmt.Errorf("%w: %s: %s %s", ErrInvalidConfig, workerName(kind, c.Name), ce.Field, ce.Reason)
+		}
 		return nil, fmt.Errorf("%w: %s %q: %w", ErrInvalidConfig, kind, c.Name, err)
 	}
 	w.follower = f
@@ -136,7 +140,9 @@ func workerName(kind, name string) string {
 func (w *Worker) Name() string { return w.name }
 
 // Run follows the log until ctx ends. It registers the worker's outbox watermark first, so outbox cleanup keeps
-// the IDs of sent messages the worker could still stage again.
+// the IDs of sent messages the worker could still stage again. It stops early with a *WorkerError when staging
+// one event's messages failed five times (or failed for good at once, as a mapping error does): the event is
+// never skipped, so the worker stops at it.
 func (w *Worker) Run(ctx context.Context) error {
 	lag, err := w.follower.Lag(ctx)
 	if err != nil {
@@ -145,8 +151,38 @@ func (w *Worker) Run(ctx context.Context) error {
 	if err := w.outbox.RegisterWatermarkTx(ctx, w.outbox.Pool(), w.watermark, lag.Position); err != nil {
 		return fmt.Errorf("staging: %s: %w", w.name, err)
 	}
-	return w.follower.Run(ctx)
+	err = w.follower.Run(ctx)
+	if f := (*logfollow.HandlerError)(nil); errors.As(err, &f) {
+		return &WorkerError{Worker: w.name, Record: f.Record, Attempts: f.Attempts, Err: f.Err}
+	}
+	return err
 }
+
+// ErrWorkerStopped matches every *WorkerError.
+var ErrWorkerStopped = errors.New("staging: worker stopped at an event it could not stage")
+
+// WorkerError is returned by Worker.Run when the messages of one event could not be staged: it matches
+// errors.Is(err, ErrWorkerStopped) and unwraps to the last error (a mapping's, say: ErrInvalidMessage).
+type WorkerError struct {
+	// Worker is the worker's name ("stager:NAME" or "reconciler:NAME").
+	Worker string
+	// Record is the event whose messages failed, Attempts how many times it was tried, Err the last error.
+	Record   eventstore.Record
+	Attempts int
+	Err      error
+}
+
+func (e *WorkerError) Error() string {
+	return fmt.Sprintf("staging: %s stopped: event %q at position %d (stream %q version %d, tenant %q) failed "+
+		"%d times: %v", e.Worker, e.Record.Type, e.Record.Position, e.Record.StreamID, e.Record.Version,
+		e.Record.Tenant, e.Attempts, e.Err)
+}
+
+// Is matches ErrWorkerStopped.
+func (e *WorkerError) Is(target error) bool { return target == ErrWorkerStopped }
+
+// Unwrap returns the last error.
+func (e *WorkerError) Unwrap() error { return e.Err }
 
 // Wake makes the worker read the log now (for event stores without notifications, such as the in-memory one).
 func (w *Worker) Wake() { w.follower.Wake() }

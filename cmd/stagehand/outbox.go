@@ -29,6 +29,8 @@ type outboxStatsJSON struct {
 	Scheduled               int64   `json:"scheduled"`
 	BackingOff              int64   `json:"backing_off"`
 	Parked                  int64   `json:"parked"`
+	WaitingBehindPending    int64   `json:"waiting_behind_pending"`
+	HeldByDeadLetter        int64   `json:"held_by_dead_letter"`
 	InFlight                int64   `json:"in_flight"`
 	DeadLettered            int64   `json:"dead_lettered"`
 	Sent                    int64   `json:"sent"`
@@ -40,8 +42,10 @@ func (a *app) outboxStatsCommand() *cobra.Command {
 		Use:   "stats",
 		Short: "Show pending, scheduled, dead-lettered and sent counts",
 		Long: `Show the outbox at one instant: messages pending (and how long the oldest has been due), scheduled,
-backing off after a rejection, parked behind a dead letter of their key, in flight, dead-lettered, and the sent
-ledger not yet cleaned up. An oldest pending age that keeps growing while relays run means a stall.`,
+backing off after a rejection, parked behind an earlier message of their key (apart: waiting behind a pending
+message, which go out in turn, and held by a dead letter, which wait for it to be redriven or discarded), in
+flight, dead-lettered, and the sent ledger not yet cleaned up. An oldest pending age that keeps growing while
+relays run means a stall. In JSON, parked is waiting_behind_pending + held_by_dead_letter.`,
 		Example: `  stagehand outbox stats
   stagehand outbox stats --tenant acme --json`,
 		Args: cobra.NoArgs,
@@ -59,7 +63,8 @@ ledger not yet cleaned up. An oldest pending age that keeps growing while relays
 			if a.json {
 				return a.writeJSON(outboxStatsJSON{Schema: a.schema, scopeJSON: scope.json(), Pending: st.Pending,
 					OldestPendingAgeSeconds: seconds(st.OldestPendingAge), Scheduled: st.Scheduled,
-					BackingOff: st.BackingOff, Parked: st.Parked, InFlight: st.InFlight,
+					BackingOff: st.BackingOff, Parked: st.Parked, WaitingBehindPending: st.WaitingBehindPending,
+					HeldByDeadLetter: st.HeldByDeadLetter, InFlight: st.InFlight,
 					DeadLettered: st.DeadLettered, Sent: st.Sent})
 			}
 			if err := a.printf("Outbox of schema %q, %s\n", a.schema, scope.label()); err != nil {
@@ -70,7 +75,8 @@ ledger not yet cleaned up. An oldest pending age that keeps growing while relays
 				{"oldest pending age", human(st.OldestPendingAge)},
 				{"scheduled", fmt.Sprint(st.Scheduled)},
 				{"backing off", fmt.Sprint(st.BackingOff)},
-				{"parked behind a dead letter", fmt.Sprint(st.Parked)},
+				{"waiting behind a pending message of their key", fmt.Sprint(st.WaitingBehindPending)},
+				{"held by a dead letter of their key", fmt.Sprint(st.HeldByDeadLetter)},
 				{"in flight", fmt.Sprint(st.InFlight)},
 				{"dead-lettered", fmt.Sprint(st.DeadLettered)},
 				{"sent (ledger)", fmt.Sprint(st.Sent)},

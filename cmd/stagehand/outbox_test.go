@@ -263,3 +263,37 @@ func TestOutboxCleanup(t *testing.T) {
 }
 
 var _ message.Publisher = (*broker)(nil)
+
+// outbox stats tells the messages waiting behind a pending message of their key (they go out in turn) from those
+// held by a dead letter of their key (they wait for an operator), in text and JSON.
+func TestOutboxStatsTellParkedApart(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	o := e.outbox(nil)
+	deadLetters(t, o, outbox.Message{ID: "d1", Topic: "orders", PartitionKey: "poisoned"})
+	_, err := o.Stage(context.Background(),
+		outbox.Message{ID: "h1", Topic: "orders", PartitionKey: "poisoned"},
+		outbox.Message{ID: "h2", Topic: "orders", PartitionKey: "poisoned"},
+		outbox.Message{ID: "w1", Topic: "orders", PartitionKey: "busy"},
+		outbox.Message{ID: "w2", Topic: "orders", PartitionKey: "busy"},
+		outbox.Message{ID: "w3", Topic: "orders", PartitionKey: "busy"},
+		outbox.Message{ID: "w4", Topic: "orders", PartitionKey: "busy"})
+	require.NoError(t, err)
+
+	var st struct {
+		Pending              int64 `json:"pending"`
+		Parked               int64 `json:"parked"`
+		WaitingBehindPending int64 `json:"waiting_behind_pending"`
+		HeldByDeadLetter     int64 `json:"held_by_dead_letter"`
+	}
+	e.json(&st, "outbox", "stats")
+	require.EqualValues(t, 6, st.Pending)
+	require.EqualValues(t, 3, st.WaitingBehindPending, "w2..w4 wait behind w1")
+	require.EqualValues(t, 2, st.HeldByDeadLetter, "h1 and h2 are held by d1")
+	require.EqualValues(t, 5, st.Parked)
+
+	human := e.ok("outbox", "stats")
+	require.Regexp(t, `waiting behind a pending message of their key\s+3\n`, human)
+	require.Regexp(t, `held by a dead letter of their key\s+2\n`, human)
+	require.NotContains(t, human, "parked behind a dead letter")
+}

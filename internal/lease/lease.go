@@ -48,20 +48,21 @@ type ConfigError struct {
 }
 
 func (e *ConfigError) Error() string {
-	return "lease: invalid configuration: " + e.Field + " " + e.Reason
+	return "invalid lease configuration: " + e.Field + " " + e.Reason
 }
 
 // Is matches ErrInvalidConfig.
 func (e *ConfigError) Is(target error) bool { return target == ErrInvalidConfig }
 
-// Errors of the lease package. Compare with errors.Is.
+// Errors of the lease package. Compare with errors.Is. No message of the package names it: they reach users
+// through the public packages (the relay, projections, staging workers).
 var (
 	// ErrInvalidConfig: a Manager was configured with an invalid value.
-	ErrInvalidConfig = errors.New("lease: invalid configuration")
+	ErrInvalidConfig = errors.New("invalid lease configuration")
 	// ErrLost: the lease is no longer held by this holder (it expired and was taken, or was released).
-	ErrLost = errors.New("lease: lost")
+	ErrLost = errors.New("lease lost")
 	// ErrFenced: a fenced write was attempted with a token that no longer holds the lease.
-	ErrFenced = errors.New("lease: fenced out")
+	ErrFenced = errors.New("fenced out by a newer lease holder")
 )
 
 // FencedError reports a write refused because the lease moved on. It matches ErrFenced and ErrLost.
@@ -74,7 +75,7 @@ type FencedError struct {
 }
 
 func (e *FencedError) Error() string {
-	return fmt.Sprintf("lease: write fenced out: lease %q is held by %q with token %d, writer %q has token %d",
+	return fmt.Sprintf("write fenced out: lease %q is held by %q with token %d, writer %q has token %d",
 		e.Name, e.CurrentOwner, e.Current, e.Owner, e.Token)
 }
 
@@ -180,7 +181,7 @@ func (m *Manager) TryAcquire(ctx context.Context, name string) (l Lease, ok bool
 		return Lease{}, false, nil
 	}
 	if err != nil {
-		return Lease{}, false, fmt.Errorf("lease: acquire %q: %w", name, err)
+		return Lease{}, false, fmt.Errorf("acquire lease %q: %w", name, err)
 	}
 	l.ExpiresAt = l.ExpiresAt.UTC()
 	return l, true, nil
@@ -197,7 +198,7 @@ func (m *Manager) Renew(ctx context.Context, l Lease) (Lease, error) {
 		return l, fmt.Errorf("%w: %q (token %d) is no longer held by %q", ErrLost, l.Name, l.Token, l.Owner)
 	}
 	if err != nil {
-		return l, fmt.Errorf("lease: renew %q: %w", l.Name, err)
+		return l, fmt.Errorf("renew lease %q: %w", l.Name, err)
 	}
 	l.ExpiresAt = l.ExpiresAt.UTC()
 	return l, nil
@@ -209,7 +210,7 @@ func (m *Manager) Release(ctx context.Context, l Lease) error {
 	_, err := m.db.Exec(ctx, `UPDATE `+m.table+` SET expires_at = now()
 		WHERE name = $1 AND owner = $2 AND token = $3`, l.Name, l.Owner, l.Token)
 	if err != nil {
-		return fmt.Errorf("lease: release %q: %w", l.Name, err)
+		return fmt.Errorf("release lease %q: %w", l.Name, err)
 	}
 	return nil
 }
@@ -230,7 +231,7 @@ func CheckTx(ctx context.Context, tx DB, schema string, l Lease) error {
 		return &FencedError{Name: l.Name, Token: l.Token, Owner: l.Owner}
 	}
 	if err != nil {
-		return fmt.Errorf("lease: fence check of %q: %w", l.Name, err)
+		return fmt.Errorf("fence check of lease %q: %w", l.Name, err)
 	}
 	if token != l.Token || owner != l.Owner {
 		return &FencedError{Name: l.Name, Token: l.Token, Current: token, Owner: l.Owner, CurrentOwner: owner}
@@ -270,7 +271,7 @@ func List(ctx context.Context, db DB, schema, prefix string) ([]Info, error) {
 	rows, err := db.Query(ctx, `SELECT name, owner, token, expires_at, acquired_at, renewed_at, expires_at > now()
 		FROM `+pgx.Identifier{schema, "leases"}.Sanitize()+` WHERE starts_with(name, $1) ORDER BY name`, prefix)
 	if err != nil {
-		return nil, fmt.Errorf("lease: list: %w", err)
+		return nil, fmt.Errorf("list leases: %w", err)
 	}
 	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Info, error) {
 		var i Info
@@ -279,7 +280,7 @@ func List(ctx context.Context, db DB, schema, prefix string) ([]Info, error) {
 		return i, err
 	})
 	if err != nil {
-		return nil, fmt.Errorf("lease: list: %w", err)
+		return nil, fmt.Errorf("list leases: %w", err)
 	}
 	return out, nil
 }

@@ -89,19 +89,22 @@ type Config struct {
 	Logger *slog.Logger
 }
 
-// LeasePrefix prefixes a follower's Name to form its lease name.
+// LeasePrefix prefixes a follower's Name to form its lease name. It is stored data (rows of the leases table):
+// changing it would let processes of two releases follow one log side by side during an upgrade.
 const LeasePrefix = "logfollow:"
 
-// Errors of the logfollow package. Compare with errors.Is.
+// Errors of the logfollow package. Compare with errors.Is. Their messages, like every error message of the
+// package, name no internal package: they reach users through the public packages (projection, staging), and a
+// follower's own errors are prefixed with its Kind and Name ("projection orders: ...").
 var (
 	// ErrInvalidConfig: a Follower was configured with an invalid value.
-	ErrInvalidConfig = errors.New("logfollow: invalid configuration")
+	ErrInvalidConfig = errors.New("invalid configuration")
 	// ErrPermanent marks a handler error that retrying cannot fix (see Permanent).
-	ErrPermanent = errors.New("logfollow: permanent failure")
+	ErrPermanent = errors.New("permanent failure")
 	// ErrHandler matches the *HandlerError Run returns when a record exhausted its attempts.
-	ErrHandler = errors.New("logfollow: handler failed")
+	ErrHandler = errors.New("handler failed")
 	// ErrAlreadyRunning: Run was called on a Follower that is running.
-	ErrAlreadyRunning = errors.New("logfollow: already running")
+	ErrAlreadyRunning = errors.New("already running")
 )
 
 // ConfigError names an invalid configuration field. It matches ErrInvalidConfig.
@@ -111,7 +114,7 @@ type ConfigError struct {
 }
 
 func (e *ConfigError) Error() string {
-	return "logfollow: invalid configuration: " + e.Field + " " + e.Reason
+	return "invalid configuration: " + e.Field + " " + e.Reason
 }
 
 // Is matches ErrInvalidConfig.
@@ -120,6 +123,7 @@ func (e *ConfigError) Is(target error) bool { return target == ErrInvalidConfig 
 // HandlerError is returned by Run when a record failed MaxAttempts times and no OnExhausted is set. It matches
 // ErrHandler and unwraps to the handler's last error.
 type HandlerError struct {
+	Kind     string // the follower's Config.Kind
 	Name     string
 	Record   eventstore.Record
 	Attempts int
@@ -127,8 +131,8 @@ type HandlerError struct {
 }
 
 func (e *HandlerError) Error() string {
-	return fmt.Sprintf("logfollow: %s stopped: event %q at position %d (stream %q version %d, tenant %q) failed "+
-		"%d times: %v", e.Name, e.Record.Type, e.Record.Position, e.Record.StreamID, e.Record.Version,
+	return fmt.Sprintf("%s stopped: event %q at position %d (stream %q version %d, tenant %q) failed "+
+		"%d times: %v", Label(e.Kind, e.Name), e.Record.Type, e.Record.Position, e.Record.StreamID, e.Record.Version,
 		e.Record.Tenant, e.Attempts, e.Err)
 }
 
@@ -248,4 +252,18 @@ func (c *Config) filterText() string {
 type notifier interface {
 	NotifyChannel() string
 	Pool() *pgxpool.Pool
+}
+
+// Label is how errors and logs name a follower: its Kind and Name ("projection orders"), or the Name alone when
+// it already starts with the kind ("reconciler:default").
+func Label(kind, name string) string {
+	if kind == "" || strings.HasPrefix(name, kind+":") {
+		return name
+	}
+	return kind + " " + name
+}
+
+// errorf formats an error of the follower, prefixed with its Label.
+func (f *Follower) errorf(format string, args ...any) error {
+	return fmt.Errorf("%s: "+format, append([]any{Label(f.cfg.Kind, f.cfg.Name)}, args...)...)
 }

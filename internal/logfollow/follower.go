@@ -78,7 +78,7 @@ func (f *Follower) Wake() {
 // takes over when that lease is released or expires. Run may be called again after it returns.
 func (f *Follower) Run(ctx context.Context) error {
 	if !f.running.CompareAndSwap(false, true) {
-		return fmt.Errorf("%w: %s", ErrAlreadyRunning, f.cfg.Name)
+		return f.errorf("%w", ErrAlreadyRunning)
 	}
 	defer f.running.Store(false)
 	var notified <-chan struct{}
@@ -248,7 +248,7 @@ func (f *Follower) batch(p *progress, page eventstore.LogPage) ([]eventstore.Rec
 	return recs, last
 }
 
-var errMoved = errors.New("logfollow: checkpoint moved by someone else")
+var errMoved = errors.New("checkpoint moved by someone else")
 
 type handlerFailure struct {
 	err   error
@@ -276,7 +276,7 @@ type txBatch struct {
 func (f *Follower) commit(ctx context.Context, l lease.Lease, p *progress, b *txBatch, pf **prefetched) error {
 	tx, err := f.pool.Begin(ctx)
 	if err != nil {
-		return fmt.Errorf("logfollow: begin: %w", err)
+		return f.errorf("begin: %w", err)
 	}
 	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
 	fail := func(err error) error {
@@ -318,7 +318,7 @@ func (f *Follower) commit(ctx context.Context, l lease.Lease, p *progress, b *tx
 		return err
 	}
 	if err := tx.Commit(ctx); err != nil {
-		return fmt.Errorf("logfollow: commit checkpoint %d: %w", b.last, err)
+		return f.errorf("commit checkpoint %d: %w", b.last, err)
 	}
 	if f.cfg.AfterCommit != nil && len(b.recs) > 0 {
 		f.cfg.AfterCommit()
@@ -355,7 +355,7 @@ func (f *Follower) advance(ctx context.Context, tx pgx.Tx, l lease.Lease, p *pro
 		return errMoved
 	}
 	if err != nil {
-		return fmt.Errorf("logfollow: advance checkpoint to %d: %w", last, err)
+		return f.errorf("advance checkpoint to %d: %w", last, err)
 	}
 	return nil
 }
@@ -394,7 +394,7 @@ func (f *Follower) failed(ctx context.Context, l lease.Lease, p *progress, recs 
 		sleep(ctx, delay)
 		return nil
 	}
-	herr := &HandlerError{Name: f.cfg.Name, Record: rec, Attempts: p.attempts, Err: hf.err}
+	herr := &HandlerError{Kind: f.cfg.Kind, Name: f.cfg.Name, Record: rec, Attempts: p.attempts, Err: hf.err}
 	if f.cfg.OnExhausted == nil {
 		return herr
 	}
@@ -422,17 +422,17 @@ func (f *Follower) giveUp(ctx context.Context, l lease.Lease, p *progress, herr 
 	rec := herr.Record
 	tx, err := f.pool.Begin(ctx)
 	if err != nil {
-		return fmt.Errorf("logfollow: begin: %w", err)
+		return f.errorf("begin: %w", err)
 	}
 	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
 	if err := f.cfg.OnExhausted(ctx, tx, herr); err != nil {
-		return fmt.Errorf("logfollow: OnExhausted for position %d: %w", rec.Position, err)
+		return f.errorf("give up on the event at position %d: %w", rec.Position, err)
 	}
 	if err := f.advance(ctx, tx, l, p, rec.Position, nil); err != nil {
 		return err
 	}
 	if err := tx.Commit(ctx); err != nil {
-		return fmt.Errorf("logfollow: commit: %w", err)
+		return f.errorf("commit: %w", err)
 	}
 	return nil
 }
@@ -487,7 +487,7 @@ func (f *Follower) start(ctx context.Context, p *progress) error {
 		RETURNING position, reset_requested`, f.cfg.Name, f.cfg.Kind, f.cfg.ResetGroup, f.filter).
 		Scan(&p.pos, &p.reset)
 	if err != nil {
-		return fmt.Errorf("logfollow: start checkpoint %q (did you run stagehand.Migrate?): %w", f.cfg.Name, err)
+		return f.errorf("start checkpoint (did you run stagehand.Migrate?): %w", err)
 	}
 	return nil
 }
@@ -496,7 +496,7 @@ func (f *Follower) load(ctx context.Context, p *progress) error {
 	err := f.pool.QueryRow(ctx, `SELECT position, reset_requested FROM `+f.table+` WHERE name = $1`,
 		f.cfg.Name).Scan(&p.pos, &p.reset)
 	if err != nil {
-		return fmt.Errorf("logfollow: read checkpoint %q: %w", f.cfg.Name, err)
+		return f.errorf("read checkpoint: %w", err)
 	}
 	return nil
 }
@@ -506,14 +506,14 @@ func (f *Follower) load(ctx context.Context, p *progress) error {
 func (f *Follower) reset(ctx context.Context, l lease.Lease, p *progress) error {
 	tx, err := f.pool.Begin(ctx)
 	if err != nil {
-		return fmt.Errorf("logfollow: begin: %w", err)
+		return f.errorf("begin: %w", err)
 	}
 	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
 	var requested bool
 	if err := tx.QueryRow(ctx, `SELECT coalesce(bool_or(reset_requested), false) FROM (SELECT reset_requested
 		FROM `+f.table+` WHERE reset_group = $1 ORDER BY name FOR UPDATE) g`, f.cfg.ResetGroup).
 		Scan(&requested); err != nil {
-		return fmt.Errorf("logfollow: lock reset group %q: %w", f.cfg.ResetGroup, err)
+		return f.errorf("lock reset group %q: %w", f.cfg.ResetGroup, err)
 	}
 	if requested {
 		if err := lease.CheckTx(ctx, tx, f.cfg.Schema, l); err != nil {
@@ -521,17 +521,17 @@ func (f *Follower) reset(ctx context.Context, l lease.Lease, p *progress) error 
 		}
 		if f.cfg.OnReset != nil {
 			if err := f.cfg.OnReset(ctx, tx); err != nil {
-				return fmt.Errorf("logfollow: OnReset: %w", err)
+				return f.errorf("reset: %w", err)
 			}
 		}
 		if _, err := tx.Exec(ctx, `UPDATE `+f.table+` SET position = 0, reset_requested = false,
 			failing_position = NULL, attempts = 0, last_event_at = NULL, updated_at = now()
 			WHERE reset_group = $1`, f.cfg.ResetGroup); err != nil {
-			return fmt.Errorf("logfollow: reset checkpoints of %q: %w", f.cfg.ResetGroup, err)
+			return f.errorf("reset checkpoints of %q: %w", f.cfg.ResetGroup, err)
 		}
 	}
 	if err := tx.Commit(ctx); err != nil {
-		return fmt.Errorf("logfollow: commit reset: %w", err)
+		return f.errorf("commit reset: %w", err)
 	}
 	if requested {
 		f.cfg.Logger.InfoContext(ctx, "stagehand: log follower reset to the start", "name", f.cfg.Name,

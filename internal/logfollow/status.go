@@ -61,7 +61,7 @@ func List(ctx context.Context, db DB, schema, kind string) ([]Checkpoint, error)
 		LEFT JOIN `+pgx.Identifier{schema, "leases"}.Sanitize()+` l ON l.name = $2 || c.name
 		WHERE $1 = '' OR c.kind = $1 ORDER BY c.name`, kind, LeasePrefix)
 	if err != nil {
-		return nil, fmt.Errorf("logfollow: list checkpoints: %w", err)
+		return nil, fmt.Errorf("list checkpoints: %w", err)
 	}
 	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Checkpoint, error) {
 		var c Checkpoint
@@ -87,7 +87,7 @@ func List(ctx context.Context, db DB, schema, kind string) ([]Checkpoint, error)
 		return c, err
 	})
 	if err != nil {
-		return nil, fmt.Errorf("logfollow: list checkpoints: %w", err)
+		return nil, fmt.Errorf("list checkpoints: %w", err)
 	}
 	return out, nil
 }
@@ -99,7 +99,7 @@ func RequestReset(ctx context.Context, db DB, schema, group string) (int64, erro
 	tag, err := db.Exec(ctx, `UPDATE `+pgx.Identifier{schema, "checkpoints"}.Sanitize()+`
 		SET reset_requested = true, updated_at = now() WHERE reset_group = $1`, group)
 	if err != nil {
-		return 0, fmt.Errorf("logfollow: request reset of %q: %w", group, err)
+		return 0, fmt.Errorf("request reset of %q: %w", group, err)
 	}
 	return tag.RowsAffected(), nil
 }
@@ -140,7 +140,7 @@ func (f *Follower) Lag(ctx context.Context) (Lag, error) {
 	err := f.pool.QueryRow(ctx, `SELECT coalesce((SELECT position FROM `+f.table+` WHERE name = $1), 0)`,
 		f.cfg.Name).Scan(&pos)
 	if err != nil {
-		return Lag{}, fmt.Errorf("logfollow: read checkpoint %q: %w", f.cfg.Name, err)
+		return Lag{}, f.errorf("read checkpoint: %w", err)
 	}
 	return LagAt(ctx, f.store, pos, f.cfg.Clock())
 }

@@ -45,7 +45,7 @@ type Status struct {
 func (s Status) Applied() bool { return !s.AppliedAt.IsZero() }
 
 // ErrInvalidSchema is returned for an empty schema name.
-var ErrInvalidSchema = errors.New("migrate: Schema must not be empty")
+var ErrInvalidSchema = errors.New("stagehand: the migration Schema must not be empty")
 
 // FS returns the migration files (NNN_name.sql), for use with external migration tools.
 func FS() fs.FS {
@@ -62,23 +62,23 @@ var fileName = regexp.MustCompile(`^(\d+)_([a-z0-9_]+)\.sql$`)
 func All() ([]Migration, error) {
 	entries, err := fs.ReadDir(FS(), ".")
 	if err != nil {
-		return nil, fmt.Errorf("migrate: read embedded files: %w", err)
+		return nil, fmt.Errorf("stagehand: read the embedded migrations: %w", err)
 	}
 	var out []Migration
 	seen := map[int]string{}
 	for _, e := range entries {
 		m := fileName.FindStringSubmatch(e.Name())
 		if m == nil {
-			return nil, fmt.Errorf("migrate: file %q is not named NNN_name.sql", e.Name())
+			return nil, fmt.Errorf("stagehand: migration file %q is not named NNN_name.sql", e.Name())
 		}
 		v, _ := strconv.Atoi(m[1])
 		if prev, dup := seen[v]; dup {
-			return nil, fmt.Errorf("migrate: version %d used by both %s and %s", v, prev, e.Name())
+			return nil, fmt.Errorf("stagehand: migration version %d used by both %s and %s", v, prev, e.Name())
 		}
 		seen[v] = e.Name()
 		body, err := fs.ReadFile(FS(), e.Name())
 		if err != nil {
-			return nil, fmt.Errorf("migrate: read %s: %w", e.Name(), err)
+			return nil, fmt.Errorf("stagehand: read migration %s: %w", e.Name(), err)
 		}
 		out = append(out, Migration{Version: v, Name: m[2], SQL: string(body)})
 	}
@@ -105,7 +105,7 @@ func Up(ctx context.Context, db Beginner, schema string, logger *slog.Logger) ([
 	}
 	tx, err := db.Begin(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("migrate: begin: %w", err)
+		return nil, fmt.Errorf("stagehand: migrations: begin: %w", err)
 	}
 	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
 
@@ -122,11 +122,11 @@ func Up(ctx context.Context, db Beginner, schema string, logger *slog.Logger) ([
 			continue
 		}
 		if _, err := tx.Exec(ctx, m.SQL); err != nil {
-			return nil, fmt.Errorf("migrate: apply %03d_%s to schema %q: %w", m.Version, m.Name, schema, err)
+			return nil, fmt.Errorf("stagehand: apply migration %03d_%s to schema %q: %w", m.Version, m.Name, schema, err)
 		}
 		if _, err := tx.Exec(ctx, "INSERT INTO "+pgx.Identifier{schema, HistoryTable}.Sanitize()+
 			" (version, name) VALUES ($1, $2)", m.Version, m.Name); err != nil {
-			return nil, fmt.Errorf("migrate: record %03d_%s: %w", m.Version, m.Name, err)
+			return nil, fmt.Errorf("stagehand: record migration %03d_%s: %w", m.Version, m.Name, err)
 		}
 		if logger != nil {
 			logger.InfoContext(ctx, "stagehand: migration applied", "schema", schema, "version", m.Version,
@@ -135,7 +135,7 @@ func Up(ctx context.Context, db Beginner, schema string, logger *slog.Logger) ([
 		done = append(done, m)
 	}
 	if err := tx.Commit(ctx); err != nil {
-		return nil, fmt.Errorf("migrate: commit: %w", err)
+		return nil, fmt.Errorf("stagehand: migrations: commit: %w", err)
 	}
 	return done, nil
 }
@@ -152,13 +152,13 @@ func List(ctx context.Context, db Beginner, schema string) ([]Status, error) {
 	}
 	tx, err := db.Begin(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("migrate: begin: %w", err)
+		return nil, fmt.Errorf("stagehand: migrations: begin: %w", err)
 	}
 	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
 	var exists bool
 	if err := tx.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL",
 		pgx.Identifier{schema, HistoryTable}.Sanitize()).Scan(&exists); err != nil {
-		return nil, fmt.Errorf("migrate: look up history table: %w", err)
+		return nil, fmt.Errorf("stagehand: look up the migration history table: %w", err)
 	}
 	applied := map[int]time.Time{}
 	if exists {
@@ -176,21 +176,21 @@ func List(ctx context.Context, db Beginner, schema string) ([]Status, error) {
 func prepare(ctx context.Context, tx pgx.Tx, schema string) error {
 	if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock(hashtextextended('stagehand.migrate:' || $1, 0))",
 		schema); err != nil {
-		return fmt.Errorf("migrate: advisory lock: %w", err)
+		return fmt.Errorf("stagehand: migrations: advisory lock: %w", err)
 	}
 	q := pgx.Identifier{schema}.Sanitize()
 	if _, err := tx.Exec(ctx, "CREATE SCHEMA IF NOT EXISTS "+q); err != nil {
-		return fmt.Errorf("migrate: create schema %q: %w", schema, err)
+		return fmt.Errorf("stagehand: create schema %q: %w", schema, err)
 	}
 	if _, err := tx.Exec(ctx, "SET LOCAL search_path TO "+q); err != nil {
-		return fmt.Errorf("migrate: search_path: %w", err)
+		return fmt.Errorf("stagehand: migrations: search_path: %w", err)
 	}
 	if _, err := tx.Exec(ctx, "CREATE TABLE IF NOT EXISTS "+pgx.Identifier{schema, HistoryTable}.Sanitize()+` (
 		version    integer     PRIMARY KEY,
 		name       text        NOT NULL,
 		applied_at timestamptz NOT NULL DEFAULT now()
 	)`); err != nil {
-		return fmt.Errorf("migrate: create history table: %w", err)
+		return fmt.Errorf("stagehand: create the migration history table: %w", err)
 	}
 	return nil
 }
@@ -198,19 +198,19 @@ func prepare(ctx context.Context, tx pgx.Tx, schema string) error {
 func appliedVersions(ctx context.Context, tx pgx.Tx, schema string) (map[int]time.Time, error) {
 	rows, err := tx.Query(ctx, "SELECT version, applied_at FROM "+pgx.Identifier{schema, HistoryTable}.Sanitize())
 	if err != nil {
-		return nil, fmt.Errorf("migrate: read history: %w", err)
+		return nil, fmt.Errorf("stagehand: read the migration history: %w", err)
 	}
 	out := map[int]time.Time{}
 	for rows.Next() {
 		var v int
 		var at time.Time
 		if err := rows.Scan(&v, &at); err != nil {
-			return nil, fmt.Errorf("migrate: read history: %w", err)
+			return nil, fmt.Errorf("stagehand: read the migration history: %w", err)
 		}
 		out[v] = at
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("migrate: read history: %w", err)
+		return nil, fmt.Errorf("stagehand: read the migration history: %w", err)
 	}
 	return out, nil
 }

@@ -11,6 +11,13 @@ import (
 // More metric names (see the list beside MetricEventsAppended).
 const (
 	MetricInboxMessages = "stagehand.inbox.messages" // counter, messages an inbox-wrapped handler saw, by outcome
+	MetricOutboxParked  = "stagehand.outbox.parked"  // gauge, messages parked behind their key, by AttrParkedBehind
+)
+
+// What a parked outbox message waits for (the AttrParkedBehind value of MetricOutboxParked).
+const (
+	ParkedBehindPending    = "pending"     // an earlier pending message of its key: it goes out in turn
+	ParkedBehindDeadLetter = "dead_letter" // a dead letter holding its key: it waits for an operator
 )
 
 // More attribute keys (see the list beside AttrAggregateType).
@@ -19,6 +26,7 @@ const (
 	AttrPositionFirst = attribute.Key("stagehand.position.first") // first log position of a batch
 	AttrPositionLast  = attribute.Key("stagehand.position.last")  // last log position of a batch
 	AttrAttempts      = attribute.Key("stagehand.attempts")       // attempts a unit of work took
+	AttrParkedBehind  = attribute.Key("stagehand.parked.behind")  // what a parked outbox message waits for
 )
 
 // Outcomes of an inbox-wrapped handler run (the AttrOutcome value of SpanInboxHandle and MetricInboxMessages).
