@@ -375,6 +375,8 @@ func TestLiveLatencyWithNotify(t *testing.T) {
 	p := w.newProjection(t, m.mux(), projection.Config{PollInterval: time.Second})
 	start(t, p)
 	pgtest.Eventually(t, 10*time.Second, func() bool { return status(t, p).Owner != "" }, "running")
+	// Without notifications the latency is the 1 s poll's: half a second at the median. With them it is
+	// milliseconds, and stays well under that on a loaded machine, where the tail (not the median) grows.
 	var best time.Duration
 	for attempt := range 3 {
 		committed := map[int64]time.Time{}
@@ -399,14 +401,14 @@ func TestLiveLatencyWithNotify(t *testing.T) {
 		p50, p99 := lat[len(lat)/2], lat[len(lat)*99/100]
 		t.Logf("append commit -> handler latency over %d events: p50 %s, p99 %s, max %s", n, p50, p99,
 			lat[len(lat)-1])
-		if attempt == 0 || p99 < best {
-			best = p99
+		if attempt == 0 || p50 < best {
+			best = p50
 		}
-		if best < 100*time.Millisecond {
+		if best < 50*time.Millisecond {
 			break
 		}
 	}
-	require.Less(t, best, 100*time.Millisecond, "live latency p99 with a 1s poll: notifications must work")
+	require.Less(t, best, 250*time.Millisecond, "live latency p50 with a 1s poll: notifications must work")
 }
 
 func TestConfigValidation(t *testing.T) {
