@@ -12,6 +12,22 @@
 // key/values) comes from the context.Context given to Save: see stagehand.WithTenant, stagehand.WithCorrelationID,
 // stagehand.WithCausationID and stagehand.WithMetadata, and WithEventMetadata for a single event.
 //
+// # Snapshots
+//
+// With RepositoryConfig.SnapshotEvery set and an aggregate implementing Snapshotter, a save that crosses a multiple
+// of SnapshotEvery stores a snapshot of the saved state. A snapshot never describes a version that did not commit:
+// Save, Update and Create write it after their append has committed, and SaveTx writes it on the caller's
+// transaction (eventstore.TransactionalStore.SaveSnapshotTx), so it commits or rolls back with the events. Load
+// checks a snapshot against its stream before trusting it: one whose version has no event (ahead of the stream,
+// however it got there) or that is older than the event at its version is ignored with a warning and the stream is
+// replayed. DropSnapshot (and the CLI's "stagehand snapshots drop") deletes an aggregate's snapshot.
+//
+// # Inside a caller's transaction
+//
+// LoadTx and SaveTx read and write on a pgx.Tx the caller owns (an inbox handler's transaction, for instance): the
+// load sees the transaction's own writes, the save's events, staged messages and snapshot commit or roll back
+// together.
+//
 // A repository takes an optional Stager (package staging implements it) that stages integration messages derived
 // from the saved events in the outbox, with one of four strategies.
 //

@@ -148,17 +148,57 @@ func (r *Repository[A]) New(id string) A {
 
 // Load rebuilds the aggregate from its latest snapshot (when enabled) and the events after it, for the tenant in
 // ctx. A stream with no events returns an error matching ErrNotFound.
+//
+// A snapshot is trusted only when the stream's event at the snapshot's version exists and was recorded no later
+// than the snapshot: a snapshot ahead of its stream (however it got there) or older than the event it claims to
+// describe is ignored with a warning, and the stream is replayed from its first event.
 func (r *Repository[A]) Load(ctx context.Context, id string) (A, error) {
+	return r.load(ctx, r.store, id)
+}
+
+// streamReader is where a load reads: the store itself, or a caller's transaction (txReader).
+type streamReader interface {
+	ReadStream(ctx context.Context, tenant, streamID string, fromVersion int64) ([]eventstore.Record, error)
+	LoadSnapshot(ctx context.Context, tenant, streamID string) (eventstore.Snapshot, error)
+}
+
+// txReader reads through a caller's transaction, so a load sees that transaction's own writes.
+type txReader struct {
+	ts eventstore.TransactionalStore
+	tx pgx.Tx
+}
+
+func (t txReader) ReadStream(ctx context.Context, tenant, streamID string, fromVersion int64) (
+	[]eventstore.Record, error) {
+	return t.ts.ReadStreamTx(ctx, t.tx, tenant, streamID, fromVersion)
+}
+
+func (t txReader) LoadSnapshot(ctx context.Context, tenant, streamID string) (eventstore.Snapshot, error) {
+	return t.ts.LoadSnapshotTx(ctx, t.tx, tenant, streamID)
+}
+
+func (r *Repository[A]) load(ctx context.Context, src streamReader, id string) (A, error) {
+	var zero A
 	tenant := stagehand.TenantFrom(ctx)
 	a := r.New(id)
 	b := a.base()
 	b.tenant = tenant
-	from := int64(1)
+	var records []eventstore.Record
+	fromSnapshot := false
 	if s, ok := any(a).(Snapshotter); ok && r.cfg.SnapshotEvery > 0 {
-		snap, err := r.store.LoadSnapshot(ctx, tenant, id)
+		snap, err := src.LoadSnapshot(ctx, tenant, id)
 		switch {
 		case err == nil && snap.SchemaVersion == r.cfg.SnapshotSchemaVersion && snap.StreamType == r.typ.name:
-			if err := s.UnmarshalSnapshot(snap.Payload); err != nil {
+			// Read from the snapshot's own event, to check the snapshot against the stream.
+			recs, err := src.ReadStream(ctx, tenant, id, snap.Version)
+			if err != nil && !errors.Is(err, eventstore.ErrStreamNotFound) {
+				return zero, fmt.Errorf("aggregate: load %s %q: %w", r.typ.name, id, err)
+			}
+			if reason := snapshotMismatch(snap, recs); reason != "" {
+				r.logger.WarnContext(ctx, "stagehand: ignoring a snapshot that does not match its stream; "+
+					"replaying the stream", "aggregate", r.typ.name, "id", id, "version", snap.Version,
+					"reason", reason)
+			} else if err := s.UnmarshalSnapshot(snap.Payload); err != nil {
 				r.logger.WarnContext(ctx, "stagehand: ignoring undecodable snapshot; replaying the stream",
 					"aggregate", r.typ.name, "id", id, "version", snap.Version, "error", err)
 				a = r.New(id)
@@ -166,41 +206,76 @@ func (r *Repository[A]) Load(ctx context.Context, id string) (A, error) {
 				b.tenant = tenant
 			} else {
 				b.version, b.persisted = snap.Version, snap.Version
-				from = snap.Version + 1
+				records, fromSnapshot = recs[1:], true
 			}
 		case err != nil && !errors.Is(err, eventstore.ErrSnapshotNotFound):
-			var zero A
 			return zero, fmt.Errorf("aggregate: load snapshot of %s %q: %w", r.typ.name, id, err)
 		}
 	}
-	records, err := r.store.ReadStream(ctx, tenant, id, from)
-	if errors.Is(err, eventstore.ErrStreamNotFound) {
-		var zero A
-		return zero, fmt.Errorf("%w: %s %q (tenant %q) (%w)", ErrNotFound, r.typ.name, id, tenant,
-			eventstore.ErrStreamNotFound)
-	}
-	if err != nil {
-		var zero A
-		return zero, fmt.Errorf("aggregate: load %s %q: %w", r.typ.name, id, err)
+	if !fromSnapshot {
+		var err error
+		records, err = src.ReadStream(ctx, tenant, id, 1)
+		if errors.Is(err, eventstore.ErrStreamNotFound) {
+			return zero, fmt.Errorf("%w: %s %q (tenant %q) (%w)", ErrNotFound, r.typ.name, id, tenant,
+				eventstore.ErrStreamNotFound)
+		}
+		if err != nil {
+			return zero, fmt.Errorf("aggregate: load %s %q: %w", r.typ.name, id, err)
+		}
 	}
 	for _, rec := range records {
 		if rec.StreamType != r.typ.name {
-			var zero A
 			return zero, fmt.Errorf("%w: stream %q is a %q, not a %q", ErrWrongType, id, rec.StreamType, r.typ.name)
 		}
 		ev, err := r.reg.Decode(rec)
 		if err != nil {
-			var zero A
 			return zero, err
 		}
 		Replay(a, ev)
 		if b.persisted != rec.Version {
-			var zero A
 			return zero, fmt.Errorf("aggregate: stream %q of %s has version %d where %d was expected", id,
 				r.typ.name, rec.Version, b.persisted)
 		}
 	}
 	return a, nil
+}
+
+// snapshotMismatch says why snap cannot describe the stream whose events from snap.Version on are recs, or "".
+// A snapshot is written in the transaction that appends the event at its version (or after that commits), never
+// before that transaction started; so one whose event is missing, or older than its event, describes a history the
+// stream does not have (a snapshot planted by hand, or written by a save that never committed).
+func snapshotMismatch(snap eventstore.Snapshot, recs []eventstore.Record) string {
+	if len(recs) == 0 || recs[0].Version != snap.Version {
+		return fmt.Sprintf("the stream has no event at the snapshot's version %d", snap.Version)
+	}
+	if !snap.CreatedAt.IsZero() && snap.CreatedAt.Before(recs[0].RecordedAt) {
+		return fmt.Sprintf("the snapshot (taken %s) is older than the event at its version %d (recorded %s)",
+			snap.CreatedAt.Format(time.RFC3339Nano), snap.Version, recs[0].RecordedAt.Format(time.RFC3339Nano))
+	}
+	return ""
+}
+
+// LoadTx is Load on the caller's transaction: it reads the snapshot and the events through tx, so it sees what
+// tx has appended, and rows tx has read stay consistent with what it later writes as far as tx's isolation level
+// promises. The store must be an eventstore.TransactionalStore.
+func (r *Repository[A]) LoadTx(ctx context.Context, tx pgx.Tx, id string) (A, error) {
+	ts, ok := r.store.(eventstore.TransactionalStore)
+	if !ok {
+		var zero A
+		return zero, fmt.Errorf("%w: %T", ErrNotTransactional, r.store)
+	}
+	return r.load(ctx, txReader{ts: ts, tx: tx}, id)
+}
+
+// DropSnapshot deletes the snapshot of the aggregate with the given ID, for the tenant in ctx: the next Load
+// replays its stream from the first event, and the next save that crosses a multiple of SnapshotEvery writes a
+// fresh one. Use it after fixing a snapshot encoding bug, or to clear a snapshot an operator does not trust. An
+// aggregate without a snapshot returns an error matching eventstore.ErrSnapshotNotFound.
+func (r *Repository[A]) DropSnapshot(ctx context.Context, id string) error {
+	if err := r.store.DeleteSnapshot(ctx, stagehand.TenantFrom(ctx), id); err != nil {
+		return fmt.Errorf("aggregate: drop snapshot of %s %q: %w", r.typ.name, id, err)
+	}
+	return nil
 }
 
 // Save appends the aggregate's changes (through the Stager when configured) with its stored version as the
@@ -237,14 +312,16 @@ func (r *Repository[A]) save(ctx context.Context, a A) (int, error) {
 		return n, r.saveError(a, err)
 	}
 	r.tel.appendedEvents(ctx, n)
-	r.saved(ctx, a, res)
+	// The append has committed: a snapshot of this version describes committed state.
+	r.saved(ctx, a, res, func(snap eventstore.Snapshot) error { return r.store.SaveSnapshot(ctx, snap) })
 	return n, nil
 }
 
 // SaveTx is Save on the caller's transaction: the caller commits or rolls back. The store must be an
 // eventstore.TransactionalStore. Under the Transactional strategy messages are staged on tx; strategies that stage
-// after commit leave it to their background worker (the repository never sees the commit). If the caller rolls
-// back, reload the aggregate before using it again. Its events count as appended (stagehand.events.appended)
+// after commit leave it to their background worker (the repository never sees the commit). A snapshot taken by the
+// save is written on tx too, so it never outlives a rollback. If the caller rolls back, reload the aggregate before
+// using it again. Its events count as appended (stagehand.events.appended)
 // when they are appended on tx, whether or not the caller commits.
 func (r *Repository[A]) SaveTx(ctx context.Context, tx pgx.Tx, a A) error {
 	if len(a.base().pending) == 0 {
@@ -276,7 +353,8 @@ func (r *Repository[A]) saveTx(ctx context.Context, tx pgx.Tx, a A) (int, error)
 		return n, r.saveError(a, err)
 	}
 	r.tel.appendedEvents(ctx, n)
-	r.saved(ctx, a, res)
+	// The snapshot goes on tx, so it commits or rolls back with the events it describes.
+	r.saved(ctx, a, res, func(snap eventstore.Snapshot) error { return ts.SaveSnapshotTx(ctx, tx, snap) })
 	return n, nil
 }
 
@@ -392,7 +470,11 @@ func (r *Repository[A]) saveError(a A, err error) error {
 	return fmt.Errorf("aggregate: save %s %q: %w", r.typ.name, a.base().id, err)
 }
 
-func (r *Repository[A]) saved(ctx context.Context, a A, res eventstore.AppendResult) {
+// saved records a successful append on a and, when the save crossed a multiple of SnapshotEvery, writes a snapshot
+// with write: after the commit for Save, on the caller's transaction for SaveTx, never through another connection
+// before the events commit.
+func (r *Repository[A]) saved(ctx context.Context, a A, res eventstore.AppendResult,
+	write func(eventstore.Snapshot) error) {
 	b := a.base()
 	old := b.persisted
 	b.tenant = stagehand.TenantFrom(ctx)
@@ -404,8 +486,8 @@ func (r *Repository[A]) saved(ctx context.Context, a A, res eventstore.AppendRes
 	}
 	data, err := s.MarshalSnapshot()
 	if err == nil {
-		err = r.store.SaveSnapshot(ctx, eventstore.Snapshot{Tenant: b.tenant, StreamID: b.id,
-			StreamType: r.typ.name, Version: res.Version, SchemaVersion: r.cfg.SnapshotSchemaVersion, Payload: data})
+		err = write(eventstore.Snapshot{Tenant: b.tenant, StreamID: b.id, StreamType: r.typ.name,
+			Version: res.Version, SchemaVersion: r.cfg.SnapshotSchemaVersion, Payload: data})
 	}
 	if err != nil { // the save itself succeeded; a missing snapshot only costs a longer replay
 		r.logger.WarnContext(ctx, "stagehand: snapshot not stored", "aggregate", r.typ.name, "id", b.id,

@@ -241,7 +241,7 @@ func TestSnapshots(t *testing.T) {
 		require.Equal(t, full.Owner, fromSnap.Owner)
 		require.Equal(t, full.Version(), fromSnap.Version())
 		require.Equal(t, 4, fromSnap.applied, "only the tail after the snapshot is replayed")
-		require.Equal(t, int64(22), cs.froms[len(cs.froms)-1])
+		require.Equal(t, int64(21), cs.froms[len(cs.froms)-1], "read from the snapshot's own event, to check it")
 
 		// A repository expecting another snapshot schema ignores the stale snapshot and replays everything.
 		newer := repo(t, cs, &aggregate.RepositoryConfig{SnapshotEvery: 10, SnapshotSchemaVersion: 3})

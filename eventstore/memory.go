@@ -229,3 +229,19 @@ func copyRecord(r Record) Record {
 	r.Metadata = maps.Clone(r.Metadata)
 	return r
 }
+
+// DeleteSnapshot implements Store.
+func (m *MemoryStore) DeleteSnapshot(ctx context.Context, tenant, streamID string) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	tenant = tenantOrDefault(tenant)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	key := streamKey{tenant, streamID}
+	if _, ok := m.snapshots[key]; !ok {
+		return fmt.Errorf("%w: stream %q (tenant %q)", ErrSnapshotNotFound, streamID, tenant)
+	}
+	delete(m.snapshots, key)
+	return nil
+}

@@ -473,36 +473,7 @@ func finishRecord(r *Record, meta []byte) error {
 
 // ReadStream implements Store.
 func (s *PostgresStore) ReadStream(ctx context.Context, tenant, streamID string, fromVersion int64) ([]Record, error) {
-	tenant = tenantOrDefault(tenant)
-	rows, err := s.pool.Query(ctx, `SELECT position, stream_type, version, event_id, event_type, event_version,
-			payload, metadata, occurred_at, recorded_at FROM `+s.t.events+`
-		WHERE tenant_id = $1 AND stream_id = $2 AND version >= $3 ORDER BY version`, tenant, streamID, fromVersion)
-	if err != nil {
-		return nil, fmt.Errorf("eventstore: read stream %q: %w", streamID, err)
-	}
-	defer rows.Close()
-	var out []Record
-	for rows.Next() {
-		r := Record{Tenant: tenant, StreamID: streamID}
-		var meta []byte
-		if err := rows.Scan(&r.Position, &r.StreamType, &r.Version, &r.EventID, &r.Type, &r.TypeVersion, &r.Payload,
-			&meta, &r.OccurredAt, &r.RecordedAt); err != nil {
-			return nil, fmt.Errorf("eventstore: read stream %q: %w", streamID, err)
-		}
-		if err := finishRecord(&r, meta); err != nil {
-			return nil, fmt.Errorf("eventstore: read stream %q: %w", streamID, err)
-		}
-		out = append(out, r)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("eventstore: read stream %q: %w", streamID, err)
-	}
-	if len(out) == 0 {
-		if _, err := s.Stream(ctx, tenant, streamID); err != nil {
-			return nil, err
-		}
-	}
-	return out, nil
+	return s.readStream(ctx, s.pool, tenant, streamID, fromVersion)
 }
 
 // Stream implements Store.
@@ -532,37 +503,4 @@ func (s *PostgresStore) HeadPosition(ctx context.Context) (int64, error) {
 		return 0, fmt.Errorf("eventstore: head position: %w", err)
 	}
 	return head, nil
-}
-
-// SaveSnapshot implements Store.
-func (s *PostgresStore) SaveSnapshot(ctx context.Context, snap Snapshot) error {
-	snap.Tenant = tenantOrDefault(snap.Tenant)
-	_, err := s.pool.Exec(ctx, `INSERT INTO `+s.t.snapshots+` AS sn
-		(tenant_id, stream_id, stream_type, version, schema_version, payload)
-		VALUES ($1, $2, $3, $4, $5, $6)
-		ON CONFLICT (tenant_id, stream_id) DO UPDATE SET stream_type = EXCLUDED.stream_type,
-			version = EXCLUDED.version, schema_version = EXCLUDED.schema_version, payload = EXCLUDED.payload,
-			created_at = now()
-		WHERE sn.version <= EXCLUDED.version`,
-		snap.Tenant, snap.StreamID, snap.StreamType, snap.Version, snap.SchemaVersion, snap.Payload)
-	if err != nil {
-		return fmt.Errorf("eventstore: save snapshot of stream %q: %w", snap.StreamID, err)
-	}
-	return nil
-}
-
-// LoadSnapshot implements Store.
-func (s *PostgresStore) LoadSnapshot(ctx context.Context, tenant, streamID string) (Snapshot, error) {
-	snap := Snapshot{Tenant: tenantOrDefault(tenant), StreamID: streamID}
-	err := s.pool.QueryRow(ctx, `SELECT stream_type, version, schema_version, payload, created_at
-		FROM `+s.t.snapshots+` WHERE tenant_id = $1 AND stream_id = $2`, snap.Tenant, streamID).
-		Scan(&snap.StreamType, &snap.Version, &snap.SchemaVersion, &snap.Payload, &snap.CreatedAt)
-	snap.CreatedAt = snap.CreatedAt.UTC()
-	if errors.Is(err, pgx.ErrNoRows) {
-		return snap, ErrSnapshotNotFound
-	}
-	if err != nil {
-		return snap, fmt.Errorf("eventstore: load snapshot of stream %q: %w", streamID, err)
-	}
-	return snap, nil
 }

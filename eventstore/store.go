@@ -160,6 +160,9 @@ type Store interface {
 	SaveSnapshot(ctx context.Context, s Snapshot) error
 	// LoadSnapshot returns the latest snapshot of a stream, or ErrSnapshotNotFound.
 	LoadSnapshot(ctx context.Context, tenant, streamID string) (Snapshot, error)
+	// DeleteSnapshot removes the snapshot of a stream (the next load replays the stream from its first event), or
+	// returns ErrSnapshotNotFound when it has none. The stream's events are untouched.
+	DeleteSnapshot(ctx context.Context, tenant, streamID string) error
 }
 
 // StageFunc runs inside an append's transaction after the version check and the insert; returning an error rolls
@@ -195,6 +198,13 @@ type TransactionalStore interface {
 	// AppendWith opens a transaction, appends, runs stage on that transaction (only when the version check
 	// passed), and commits. A conflict or an error from stage rolls everything back.
 	AppendWith(ctx context.Context, req AppendRequest, stage StageFunc) (AppendResult, error)
+	// ReadStreamTx is ReadStream on the caller's transaction: it sees the transaction's own appends.
+	ReadStreamTx(ctx context.Context, tx pgx.Tx, tenant, streamID string, fromVersion int64) ([]Record, error)
+	// LoadSnapshotTx is LoadSnapshot on the caller's transaction.
+	LoadSnapshotTx(ctx context.Context, tx pgx.Tx, tenant, streamID string) (Snapshot, error)
+	// SaveSnapshotTx is SaveSnapshot on the caller's transaction, so the snapshot commits (or rolls back) with the
+	// events it describes. It runs under a savepoint: a failure leaves the transaction usable.
+	SaveSnapshotTx(ctx context.Context, tx pgx.Tx, s Snapshot) error
 }
 
 // Errors returned by stores. Compare with errors.Is.

@@ -1,6 +1,7 @@
 // Command stagehand is the operator CLI of the stagehand event-sourcing framework: it migrates the schema,
 // reports on and repairs the outbox and the inbox (statistics, dead letters, redrive, cleanup), shows projection
-// status and requests rebuilds and replays of parked events, and reads the event log (tail, follow, one stream).
+// status and requests rebuilds and replays of parked events, reads the event log (tail, follow, one stream), and
+// drops aggregate snapshots.
 //
 // Install it with
 //

@@ -52,6 +52,8 @@ func Run(t *testing.T, newStore Factory) {
 		{"Metadata/EventFieldsRoundTrip", testRoundTrip},
 		{"Metadata/PerEventFieldsRoundTripInOneAppend", testPerEventFields},
 		{"Snapshots/LatestVersionWins", testSnapshots},
+		{"Snapshots/DeleteRemovesOneStreamsSnapshot", testDeleteSnapshot},
+		{"Transactional/SnapshotTxCommitsAndRollsBackWithTheAppend", testSnapshotTx},
 		{"Transactional/StageErrorRollsBackTheAppend", testStageErrorRollsBack},
 		{"Transactional/ConflictDoesNotRunStage", testConflictSkipsStage},
 		{"Transactional/AppendTxFollowsTheCallersTransaction", testAppendTx},
@@ -487,6 +489,61 @@ func testSnapshots(t *testing.T, s eventstore.Store) {
 	require.Equal(t, int64(9), snap.Version)
 	_, err = s.LoadSnapshot(ctx(), "other-tenant", "s")
 	require.ErrorIs(t, err, eventstore.ErrSnapshotNotFound)
+}
+
+func testDeleteSnapshot(t *testing.T, s eventstore.Store) {
+	require.ErrorIs(t, s.DeleteSnapshot(ctx(), "", "s"), eventstore.ErrSnapshotNotFound, "nothing to delete")
+	for _, tenant := range []string{"", "acme"} {
+		require.NoError(t, s.SaveSnapshot(ctx(), eventstore.Snapshot{Tenant: tenant, StreamID: "s", StreamType: "t",
+			Version: 4, SchemaVersion: 1, Payload: []byte("four")}))
+	}
+	require.NoError(t, s.DeleteSnapshot(ctx(), "acme", "s"))
+	_, err := s.LoadSnapshot(ctx(), "acme", "s")
+	require.ErrorIs(t, err, eventstore.ErrSnapshotNotFound, "the deleted snapshot is gone")
+	snap, err := s.LoadSnapshot(ctx(), "", "s")
+	require.NoError(t, err, "another tenant's snapshot of the same stream ID stays")
+	require.Equal(t, int64(4), snap.Version)
+	require.ErrorIs(t, s.DeleteSnapshot(ctx(), "acme", "s"), eventstore.ErrSnapshotNotFound, "a second delete")
+	require.NoError(t, s.SaveSnapshot(ctx(), eventstore.Snapshot{Tenant: "acme", StreamID: "s", StreamType: "t",
+		Version: 2, SchemaVersion: 1, Payload: []byte("two")}))
+	snap, err = s.LoadSnapshot(ctx(), "acme", "s")
+	require.NoError(t, err)
+	require.Equal(t, int64(2), snap.Version, "after a delete any version may be stored again")
+}
+
+// testSnapshotTx: a snapshot written on the appending transaction commits and rolls back with it, and is not
+// visible outside it before the commit.
+func testSnapshotTx(t *testing.T, s eventstore.Store) {
+	ts := transactional(t, s)
+	for _, commit := range []bool{false, true} {
+		tx, err := ts.Begin(ctx())
+		require.NoError(t, err)
+		_, err = ts.AppendTx(ctx(), tx, eventstore.AppendRequest{StreamID: "s", StreamType: "t",
+			Expected: eventstore.NoStream, Events: []eventstore.EventData{{Type: "e", Payload: []byte(`{}`)}}})
+		require.NoError(t, err)
+		require.NoError(t, ts.SaveSnapshotTx(ctx(), tx, eventstore.Snapshot{StreamID: "s", StreamType: "t",
+			Version: 1, SchemaVersion: 1, Payload: []byte("one")}))
+		_, err = ts.LoadSnapshot(ctx(), "", "s")
+		require.ErrorIs(t, err, eventstore.ErrSnapshotNotFound, "not visible outside the transaction")
+		snap, err := ts.LoadSnapshotTx(ctx(), tx, "", "s")
+		require.NoError(t, err, "visible inside it")
+		require.Equal(t, int64(1), snap.Version)
+		recs, err := ts.ReadStreamTx(ctx(), tx, "", "s", 1)
+		require.NoError(t, err)
+		require.Len(t, recs, 1, "ReadStreamTx sees the transaction's own append")
+		if !commit {
+			require.NoError(t, tx.Rollback(ctx()))
+			_, err = ts.LoadSnapshot(ctx(), "", "s")
+			require.ErrorIs(t, err, eventstore.ErrSnapshotNotFound, "rolled back with the events")
+			continue
+		}
+		require.NoError(t, tx.Commit(ctx()))
+		snap, err = ts.LoadSnapshot(ctx(), "", "s")
+		require.NoError(t, err, "committed with the events")
+		require.Equal(t, []byte("one"), snap.Payload)
+		require.False(t, snap.CreatedAt.Before(recs[0].RecordedAt),
+			"a snapshot is never older than the event it was taken at")
+	}
 }
 
 func transactional(t *testing.T, s eventstore.Store) eventstore.TransactionalStore {

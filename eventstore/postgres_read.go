@@ -1,0 +1,147 @@
+package eventstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// readStream reads a stream's events from fromVersion on through db (the pool, or a caller's transaction).
+func (s *PostgresStore) readStream(ctx context.Context, db dbtx, tenant, streamID string, fromVersion int64) (
+	[]Record, error) {
+	tenant = tenantOrDefault(tenant)
+	rows, err := db.Query(ctx, `SELECT position, stream_type, version, event_id, event_type, event_version,
+			payload, metadata, occurred_at, recorded_at FROM `+s.t.events+`
+		WHERE tenant_id = $1 AND stream_id = $2 AND version >= $3 ORDER BY version`, tenant, streamID, fromVersion)
+	if err != nil {
+		return nil, fmt.Errorf("eventstore: read stream %q: %w", streamID, err)
+	}
+	defer rows.Close()
+	var out []Record
+	for rows.Next() {
+		r := Record{Tenant: tenant, StreamID: streamID}
+		var meta []byte
+		if err := rows.Scan(&r.Position, &r.StreamType, &r.Version, &r.EventID, &r.Type, &r.TypeVersion, &r.Payload,
+			&meta, &r.OccurredAt, &r.RecordedAt); err != nil {
+			return nil, fmt.Errorf("eventstore: read stream %q: %w", streamID, err)
+		}
+		if err := finishRecord(&r, meta); err != nil {
+			return nil, fmt.Errorf("eventstore: read stream %q: %w", streamID, err)
+		}
+		out = append(out, r)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("eventstore: read stream %q: %w", streamID, err)
+	}
+	if len(out) == 0 {
+		var exists bool
+		if err := db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM `+s.t.events+
+			` WHERE tenant_id = $1 AND stream_id = $2)`, tenant, streamID).Scan(&exists); err != nil {
+			return nil, fmt.Errorf("eventstore: read stream %q: %w", streamID, err)
+		}
+		if !exists {
+			return nil, fmt.Errorf("%w: %q (tenant %q)", ErrStreamNotFound, streamID, tenant)
+		}
+	}
+	return out, nil
+}
+
+// ReadStreamTx implements TransactionalStore.
+func (s *PostgresStore) ReadStreamTx(ctx context.Context, tx pgx.Tx, tenant, streamID string, fromVersion int64) (
+	[]Record, error) {
+	if tx == nil {
+		return nil, fmt.Errorf("eventstore: read stream %q: nil transaction", streamID)
+	}
+	return s.readStream(ctx, tx, tenant, streamID, fromVersion)
+}
+
+// saveSnapshotSQL stores a snapshot unless a newer one is stored. created_at is the writing transaction's start
+// time, like the events' recorded_at, so a snapshot is never older than the event it was taken at (Load relies on
+// it to tell a snapshot that describes another history).
+func (s *PostgresStore) saveSnapshotSQL() string {
+	return `INSERT INTO ` + s.t.snapshots + ` AS sn
+		(tenant_id, stream_id, stream_type, version, schema_version, payload)
+		VALUES ($1, $2, $3, $4, $5, $6)
+		ON CONFLICT (tenant_id, stream_id) DO UPDATE SET stream_type = EXCLUDED.stream_type,
+			version = EXCLUDED.version, schema_version = EXCLUDED.schema_version, payload = EXCLUDED.payload,
+			created_at = now()
+		WHERE sn.version <= EXCLUDED.version`
+}
+
+// SaveSnapshot implements Store. It writes through the pool, so call it only for a version that has committed:
+// a snapshot of an uncommitted version would describe a state the stream may never reach (use SaveSnapshotTx on the
+// appending transaction instead).
+func (s *PostgresStore) SaveSnapshot(ctx context.Context, snap Snapshot) error {
+	snap.Tenant = tenantOrDefault(snap.Tenant)
+	_, err := s.pool.Exec(ctx, s.saveSnapshotSQL(),
+		snap.Tenant, snap.StreamID, snap.StreamType, snap.Version, snap.SchemaVersion, snap.Payload)
+	if err != nil {
+		return fmt.Errorf("eventstore: save snapshot of stream %q: %w", snap.StreamID, err)
+	}
+	return nil
+}
+
+// SaveSnapshotTx implements TransactionalStore. The savepoint, the upsert and its release go in one round trip.
+func (s *PostgresStore) SaveSnapshotTx(ctx context.Context, tx pgx.Tx, snap Snapshot) error {
+	if tx == nil {
+		return fmt.Errorf("eventstore: save snapshot of stream %q: nil transaction", snap.StreamID)
+	}
+	snap.Tenant = tenantOrDefault(snap.Tenant)
+	b := &pgx.Batch{}
+	b.Queue("SAVEPOINT stagehand_snapshot")
+	b.Queue(s.saveSnapshotSQL(), snap.Tenant, snap.StreamID, snap.StreamType, snap.Version, snap.SchemaVersion,
+		snap.Payload)
+	b.Queue("RELEASE SAVEPOINT stagehand_snapshot")
+	err := tx.SendBatch(ctx, b).Close()
+	if err != nil {
+		if _, rerr := tx.Exec(ctx, "ROLLBACK TO SAVEPOINT stagehand_snapshot"); rerr != nil {
+			err = fmt.Errorf("%w (and rolling back to the savepoint failed: %w)", err, rerr)
+		}
+		return fmt.Errorf("eventstore: save snapshot of stream %q: %w", snap.StreamID, err)
+	}
+	return nil
+}
+
+func (s *PostgresStore) loadSnapshot(ctx context.Context, db dbtx, tenant, streamID string) (Snapshot, error) {
+	snap := Snapshot{Tenant: tenantOrDefault(tenant), StreamID: streamID}
+	err := db.QueryRow(ctx, `SELECT stream_type, version, schema_version, payload, created_at
+		FROM `+s.t.snapshots+` WHERE tenant_id = $1 AND stream_id = $2`, snap.Tenant, streamID).
+		Scan(&snap.StreamType, &snap.Version, &snap.SchemaVersion, &snap.Payload, &snap.CreatedAt)
+	snap.CreatedAt = snap.CreatedAt.UTC()
+	if errors.Is(err, pgx.ErrNoRows) {
+		return snap, ErrSnapshotNotFound
+	}
+	if err != nil {
+		return snap, fmt.Errorf("eventstore: load snapshot of stream %q: %w", streamID, err)
+	}
+	return snap, nil
+}
+
+// LoadSnapshot implements Store.
+func (s *PostgresStore) LoadSnapshot(ctx context.Context, tenant, streamID string) (Snapshot, error) {
+	return s.loadSnapshot(ctx, s.pool, tenant, streamID)
+}
+
+// LoadSnapshotTx implements TransactionalStore.
+func (s *PostgresStore) LoadSnapshotTx(ctx context.Context, tx pgx.Tx, tenant, streamID string) (Snapshot, error) {
+	if tx == nil {
+		return Snapshot{}, fmt.Errorf("eventstore: load snapshot of stream %q: nil transaction", streamID)
+	}
+	return s.loadSnapshot(ctx, tx, tenant, streamID)
+}
+
+// DeleteSnapshot implements Store.
+func (s *PostgresStore) DeleteSnapshot(ctx context.Context, tenant, streamID string) error {
+	tenant = tenantOrDefault(tenant)
+	tag, err := s.pool.Exec(ctx, `DELETE FROM `+s.t.snapshots+` WHERE tenant_id = $1 AND stream_id = $2`, tenant,
+		streamID)
+	if err != nil {
+		return fmt.Errorf("eventstore: delete snapshot of stream %q: %w", streamID, err)
+	}
+	if tag.RowsAffected() == 0 {
+		return fmt.Errorf("%w: stream %q (tenant %q)", ErrSnapshotNotFound, streamID, tenant)
+	}
+	return nil
+}
