@@ -359,7 +359,8 @@ func (r *Repository[A]) saveTx(ctx context.Context, tx pgx.Tx, a A) (int, error)
 }
 
 // Update loads the aggregate, runs fn on it and saves it, retrying the whole sequence after a concurrency conflict
-// up to UpdateRetries times. An error from fn is returned as is and nothing is saved. The whole sequence, retries
+// up to UpdateRetries times (a serialization failure or deadlock of the save, under REPEATABLE READ or
+// SERIALIZABLE, is one). An error from fn is returned as is and nothing is saved. The whole sequence, retries
 // included, is one stagehand.save span (with the number of attempts).
 func (r *Repository[A]) Update(ctx context.Context, id string, fn func(A) error) (A, error) {
 	ctx, span := r.tel.startSave(ctx, id)

@@ -3,7 +3,10 @@
 // A Store appends events to a stream with an expected version (exact, AnyVersion, NoStream or StreamExists),
 // atomically: all events of an append or none. A failed version check returns an error matching
 // ErrConcurrencyConflict (a *ConflictError naming the stream, the expected and the actual version) and appends
-// nothing. A stream's versions are 1..n with no gaps and no duplicates. A stream's identity includes its tenant:
+// nothing. Under REPEATABLE READ or SERIALIZABLE a racing append can also lose to a serialization failure (SQLSTATE
+// 40001) or a deadlock (40P01), in its statement, in AppendWith's staging callback or at AppendWith's COMMIT: that
+// too is a *ConflictError (its Reason says which), never a raw SQLSTATE, so a retry loop treats every loser alike.
+// The COMMIT of a caller's own transaction (after AppendTx) is the caller's to classify. A stream's versions are 1..n with no gaps and no duplicates. A stream's identity includes its tenant:
 // the same stream ID in two tenants is two streams, and no read of one tenant returns another's events.
 //
 // Every committed event gets a position in the global log. ReadLog pages through it in position order and never

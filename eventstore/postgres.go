@@ -172,12 +172,11 @@ func (s *PostgresStore) AppendWith(ctx context.Context, req AppendRequest, stage
 	}
 	if stage != nil {
 		if err := stage(ctx, tx, res); err != nil {
-			return AppendResult{}, fmt.Errorf("eventstore: staging in the append transaction of stream %q: %w",
-				req.StreamID, err)
+			return AppendResult{}, s.stageError(ctx, err, req)
 		}
 	}
 	if err := tx.Commit(ctx); err != nil {
-		return AppendResult{}, fmt.Errorf("eventstore: commit append to stream %q: %w", req.StreamID, err)
+		return AppendResult{}, s.commitError(ctx, err, req)
 	}
 	s.Notify()
 	return res, nil
@@ -436,6 +435,9 @@ func (s *PostgresStore) conflict(ctx context.Context, db dbtx, req AppendRequest
 // translate turns driver errors into the store's typed errors; no raw SQLSTATE reaches the user for an expected
 // condition.
 func (s *PostgresStore) translate(err error, req AppendRequest) error {
+	if c := txConflict(err, req); c != nil {
+		return c
+	}
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && pgErr.Code == "23505" {
 		switch pgErr.ConstraintName {

@@ -228,13 +228,22 @@ type ConflictError struct {
 	Tenant   string
 	StreamID string
 	Expected ExpectedVersion
-	// Actual is the stream's version when the conflict was detected (0 when it does not exist).
+	// Actual is the stream's version when the conflict was detected (0 when it does not exist, -1 when it could
+	// not be read).
 	Actual int64
+	// Reason is empty for a failed version check. Otherwise it names the transaction conflict PostgreSQL reported
+	// instead ("serialization failure" under REPEATABLE READ or SERIALIZABLE, "deadlock"): the append or its
+	// commit was rolled back, nothing was appended, and the save can be retried like any conflict.
+	Reason string
 }
 
 func (e *ConflictError) Error() string {
-	return fmt.Sprintf("eventstore: concurrency conflict on stream %q (tenant %q): expected version %s, actual %d",
+	msg := fmt.Sprintf("eventstore: concurrency conflict on stream %q (tenant %q): expected version %s, actual %d",
 		e.StreamID, e.Tenant, e.Expected, e.Actual)
+	if e.Reason != "" {
+		msg += " (" + e.Reason + ")"
+	}
+	return msg
 }
 
 // Is makes errors.Is(err, ErrConcurrencyConflict) true.

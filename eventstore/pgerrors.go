@@ -1,0 +1,71 @@
+package eventstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// SQLSTATEs of transaction conflicts: PostgreSQL rolled the transaction (or the statement) back because of a
+// concurrent one, so retrying the whole unit of work can succeed.
+const (
+	sqlstateSerializationFailure = "40001"
+	sqlstateDeadlockDetected     = "40P01"
+)
+
+// conflictReason returns the Reason of the ConflictError for err when err is a transaction conflict (a
+// serialization failure under REPEATABLE READ or SERIALIZABLE, or a deadlock), else "".
+func conflictReason(err error) string {
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) {
+		return ""
+	}
+	switch pgErr.Code {
+	case sqlstateSerializationFailure:
+		return "serialization failure"
+	case sqlstateDeadlockDetected:
+		return "deadlock"
+	}
+	return ""
+}
+
+// txConflict returns a *ConflictError naming req's stream when err is a transaction conflict, else nil. Its Actual
+// is -1: the caller reads the stream's version when it can.
+func txConflict(err error, req AppendRequest) *ConflictError {
+	reason := conflictReason(err)
+	if reason == "" {
+		return nil
+	}
+	return &ConflictError{Tenant: req.Tenant, StreamID: req.StreamID, Expected: req.Expected, Actual: -1,
+		Reason: reason}
+}
+
+// withActual reads the stream's committed version into c (outside any transaction: the failed one is aborted).
+func (s *PostgresStore) withActual(ctx context.Context, c *ConflictError, req AppendRequest) *ConflictError {
+	var current *ConflictError
+	if errors.As(s.conflict(ctx, s.pool, req), &current) {
+		c.Actual = current.Actual
+	}
+	return c
+}
+
+// stageError is the error of AppendWith when its stage callback failed: a transaction conflict there (the outbox
+// insert of a serializable transaction, for instance) rolled the append back, so it is a concurrency conflict.
+func (s *PostgresStore) stageError(ctx context.Context, err error, req AppendRequest) error {
+	if c := txConflict(err, req); c != nil {
+		return fmt.Errorf("eventstore: staging in the append transaction of stream %q: %w", req.StreamID,
+			s.withActual(ctx, c, req))
+	}
+	return fmt.Errorf("eventstore: staging in the append transaction of stream %q: %w", req.StreamID, err)
+}
+
+// commitError is the error of AppendWith's failed COMMIT. A serialization failure or a deadlock at commit rolled
+// the transaction back: a concurrency conflict, nothing appended.
+func (s *PostgresStore) commitError(ctx context.Context, err error, req AppendRequest) error {
+	if c := txConflict(err, req); c != nil {
+		return s.withActual(ctx, c, req)
+	}
+	return fmt.Errorf("eventstore: commit append to stream %q: %w", req.StreamID, err)
+}
