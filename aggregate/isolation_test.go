@@ -2,7 +2,9 @@ package aggregate_test
 
 import (
 	"context"
+	"errors"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -55,4 +57,32 @@ func TestUpdateRetriesSerializationFailures(t *testing.T) {
 			require.Equal(t, int64(writers*deposits+1), got.Version())
 		})
 	}
+}
+
+// commitUnknownStore fails every append with an ambiguous commit, counting the appends.
+type commitUnknownStore struct {
+	eventstore.Store
+	appends atomic.Int32
+}
+
+func (s *commitUnknownStore) Append(_ context.Context, req eventstore.AppendRequest) (eventstore.AppendResult, error) {
+	s.appends.Add(1)
+	return eventstore.AppendResult{}, &eventstore.CommitUnknownError{StreamID: req.StreamID, Expected: req.Expected,
+		Err: errors.New("conn closed")}
+}
+
+// Update never retries an append whose commit outcome is unknown: it may have been stored.
+func TestUpdateDoesNotRetryAnUnknownCommit(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	mem := eventstore.NewMemory(nil)
+	openAccount(t, repo(t, mem, nil), "a", 1)
+	store := &commitUnknownStore{Store: mem}
+	r := repo(t, store, &aggregate.RepositoryConfig{UpdateRetries: 5})
+	_, err := r.Update(ctx, "a", func(a *Account) error { return a.Deposit(1) })
+	require.ErrorIs(t, err, eventstore.ErrCommitUnknown)
+	var cu *eventstore.CommitUnknownError
+	require.ErrorAs(t, err, &cu)
+	require.Equal(t, "a", cu.StreamID)
+	require.Equal(t, int32(1), store.appends.Load(), "appended once, never retried")
 }

@@ -144,7 +144,7 @@ func (s *PostgresStore) Notify() {
 func (s *PostgresStore) Append(ctx context.Context, req AppendRequest) (AppendResult, error) {
 	res, err := s.append(ctx, s.pool, req, false)
 	if err != nil {
-		return res, err
+		return s.appendFailed(ctx, req, err)
 	}
 	s.Notify()
 	return res, nil
@@ -176,7 +176,7 @@ func (s *PostgresStore) AppendWith(ctx context.Context, req AppendRequest, stage
 		}
 	}
 	if err := tx.Commit(ctx); err != nil {
-		return AppendResult{}, s.commitError(ctx, err, req)
+		return s.commitFailed(ctx, tx, req, res, err)
 	}
 	s.Notify()
 	return res, nil

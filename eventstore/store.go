@@ -221,7 +221,47 @@ var (
 	ErrInvalidAppend = errors.New("eventstore: invalid append")
 	// ErrInvalidConfig: a store was constructed with invalid configuration.
 	ErrInvalidConfig = errors.New("eventstore: invalid configuration")
+	// ErrCommitUnknown: the connection was lost while an append was committing and the store could not find out
+	// whether it committed. The error is a *CommitUnknownError naming the stream, the expected version and the
+	// event IDs to look for. Never retry such an append blindly: it may have been stored.
+	ErrCommitUnknown = errors.New("eventstore: commit outcome unknown")
 )
+
+// CommitUnknownError is the error of an append whose commit outcome is unknown. It matches ErrCommitUnknown and
+// unwraps to the connection error.
+//
+// The PostgreSQL store resolves most lost commits itself: it looks the append's event IDs up on another connection
+// (after waiting for the lost connection's server process to end, when it knows it), and returns success when they
+// are stored, or a plain error when they are not and cannot be any more. This error remains when that was not
+// possible (the database unreachable, the server process still running, or an Append whose events carry no IDs).
+// To resolve it, read the stream (ReadStream from Expected+1) once the database is reachable: the append committed
+// if and only if its first event ID, EventIDs[0], is there. For an aggregate, reload it and check whether its
+// version moved past Expected with that event.
+type CommitUnknownError struct {
+	Tenant   string
+	StreamID string
+	Expected ExpectedVersion
+	// EventIDs are the IDs of the append's events, in order (nil when the append left them to the store).
+	EventIDs []uuid.UUID
+	// Err is the connection error.
+	Err error
+}
+
+func (e *CommitUnknownError) Error() string {
+	first := "none given"
+	if len(e.EventIDs) > 0 {
+		first = e.EventIDs[0].String()
+	}
+	return fmt.Sprintf("eventstore: the append to stream %q (tenant %q, expected version %s) may or may not have "+
+		"committed: the connection was lost during its commit (look for its first event %s): %v", e.StreamID,
+		e.Tenant, e.Expected, first, e.Err)
+}
+
+// Is makes errors.Is(err, ErrCommitUnknown) true.
+func (e *CommitUnknownError) Is(target error) bool { return target == ErrCommitUnknown }
+
+// Unwrap returns the connection error.
+func (e *CommitUnknownError) Unwrap() error { return e.Err }
 
 // ConflictError is the error of a failed optimistic-concurrency check. It matches ErrConcurrencyConflict.
 type ConflictError struct {
