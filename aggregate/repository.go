@@ -405,6 +405,92 @@ func (r *Repository[A]) update(ctx context.Context, id string, fn func(A) error,
 	}
 }
 
+// UpdateTx is Update inside the caller's transaction tx (an inbox handler's, for instance): it loads the aggregate
+// through tx, runs fn and saves on tx, each attempt under its own savepoint. After a concurrency conflict it rolls
+// back to the savepoint (undoing only that attempt: the caller's earlier writes on tx stay) and retries, up to
+// UpdateRetries times, so a conflict is not the caller's problem. The caller commits or rolls back tx.
+//
+// Retrying inside the transaction works under READ COMMITTED (the default, and the inbox's), where each attempt's
+// load sees what concurrent writers have committed meanwhile. Under REPEATABLE READ or SERIALIZABLE the
+// transaction's snapshot is fixed, so a retry cannot see the winner's events: the conflict is returned at once,
+// and the caller retries with a new transaction (the inbox does, promptly and without counting an attempt). An
+// error from fn is returned as is, with that attempt's writes rolled back. The store must be an
+// eventstore.TransactionalStore.
+func (r *Repository[A]) UpdateTx(ctx context.Context, tx pgx.Tx, id string, fn func(A) error) (A, error) {
+	ctx, span := r.tel.startSave(ctx, id)
+	attempts, events := 0, 0
+	a, err := r.updateTx(ctx, tx, id, fn, &attempts, &events)
+	span.SetAttributes(telemetry.AttrAttempts.Int(attempts))
+	endSave(span, events, err)
+	return a, err
+}
+
+func (r *Repository[A]) updateTx(ctx context.Context, tx pgx.Tx, id string, fn func(A) error, attempts,
+	events *int) (A, error) {
+	if tx == nil {
+		var zero A
+		return zero, fmt.Errorf("aggregate: update of %s %q: nil transaction", r.typ.name, id)
+	}
+	for attempt := 0; ; attempt++ {
+		*attempts = attempt + 1
+		a, err := r.attemptTx(ctx, tx, id, fn, events)
+		if err == nil || !errors.Is(err, eventstore.ErrConcurrencyConflict) || attempt >= r.cfg.UpdateRetries ||
+			(attempt == 0 && fixedSnapshot(ctx, tx)) {
+			if err != nil && attempt > 0 {
+				err = fmt.Errorf("aggregate: update of %s %q gave up after %d attempts: %w", r.typ.name, id,
+					attempt+1, err)
+			}
+			return a, err
+		}
+		trace.SpanFromContext(ctx).AddEvent("concurrency conflict: retrying")
+		pause := time.Duration(rand.Int64N(int64(time.Millisecond)*int64(attempt+1))) + 100*time.Microsecond
+		select {
+		case <-ctx.Done():
+			return a, ctx.Err()
+		case <-time.After(pause):
+		}
+	}
+}
+
+// fixedSnapshot reports whether tx runs at REPEATABLE READ or SERIALIZABLE, whose snapshot never shows what
+// committed after it was taken: retrying a conflict inside such a transaction cannot succeed.
+func fixedSnapshot(ctx context.Context, tx pgx.Tx) bool {
+	var level string
+	if err := tx.QueryRow(ctx, "SELECT current_setting('transaction_isolation')").Scan(&level); err != nil {
+		return false
+	}
+	return level == "repeatable read" || level == "serializable"
+}
+
+// attemptTx is one attempt of UpdateTx under a savepoint, released on success and rolled back to on failure.
+func (r *Repository[A]) attemptTx(ctx context.Context, tx pgx.Tx, id string, fn func(A) error, events *int) (
+	A, error) {
+	var zero A
+	sp, err := tx.Begin(ctx) // a savepoint
+	if err != nil {
+		return zero, fmt.Errorf("aggregate: update of %s %q: savepoint: %w", r.typ.name, id, err)
+	}
+	a, err := r.LoadTx(ctx, sp, id)
+	if err == nil {
+		err = fn(a)
+	}
+	if err == nil {
+		*events, err = r.saveTx(ctx, sp, a)
+	}
+	if err == nil {
+		if err = sp.Commit(ctx); err != nil { // RELEASE SAVEPOINT
+			err = fmt.Errorf("aggregate: update of %s %q: release savepoint: %w", r.typ.name, id, err)
+		}
+	}
+	if err != nil {
+		if rerr := sp.Rollback(context.WithoutCancel(ctx)); rerr != nil && !errors.Is(rerr, pgx.ErrTxClosed) {
+			return a, fmt.Errorf("%w (and rolling back to the savepoint failed: %v)", err, rerr)
+		}
+		return a, err
+	}
+	return a, nil
+}
+
 // Create builds a new aggregate with New, runs fn on it and saves it (expecting no stream). If the stream already
 // exists the error matches eventstore.ErrConcurrencyConflict.
 func (r *Repository[A]) Create(ctx context.Context, id string, fn func(A) error) (A, error) {

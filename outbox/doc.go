@@ -96,6 +96,13 @@
 // is redelivered; a message that cannot be decoded, or keeps failing, goes to the inbox dead letters instead of
 // blocking the subscription. Outbox at least once plus inbox at most once is effectively once.
 //
+// Contention is not a failure of the message: a run that fails with a concurrency conflict (an error matching
+// eventstore.ErrConcurrencyConflict, for instance from an aggregate changed by a concurrent handler), a
+// serialization failure or a deadlock is rerun at once in a new transaction, up to InboxConfig.ContentionRetries
+// times, and counts no attempt; only a delivery whose reruns are all used up counts as one failed attempt. A
+// handler that changes an aggregate does best with aggregate.Repository.UpdateTx on the inbox transaction, which
+// retries a conflict under a savepoint before it ever reaches the inbox.
+//
 // Every inbox-wrapped run is a stagehand.inbox.handle span (kind consumer; handler, message ID and type, tenant,
 // topic, and the outcome: handled, duplicate, failed or dead_lettered), the child of the trace context in the
 // message's metadata (the relay's publish span), and is counted in stagehand.inbox.messages by handler and outcome.

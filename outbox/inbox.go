@@ -35,6 +35,15 @@ type InboxConfig struct {
 	// subscription. Errors marked Permanent (undecodable payloads, unknown message types) are dead-lettered at
 	// once. Default 5. Rule: at least 1.
 	MaxAttempts int
+	// ContentionRetries is how many times a handler run that failed from contention is rerun at once, in a new
+	// transaction and without counting an attempt. Contention is an error matching
+	// eventstore.ErrConcurrencyConflict (an aggregate changed concurrently, and the handler's own retries, such as
+	// aggregate.Repository.UpdateTx's, did not absorb it), or a serialization failure or deadlock reported by
+	// PostgreSQL in the handler or at the inbox's commit: it says nothing about the message, so it must not push
+	// the message towards the dead letters. Reruns pause up to a few milliseconds each (jittered). Only when they
+	// are used up does the delivery count as one failed attempt, like any other error. Default
+	// DefaultContentionRetries (10); -1 means no reruns.
+	ContentionRetries int
 	// TxOptions are the options of the handler's transaction. Default: READ COMMITTED, read-write.
 	TxOptions pgx.TxOptions
 	// Logger overrides the Outbox's logger.
@@ -54,6 +63,7 @@ type InboxConfig struct {
 type Inbox struct {
 	o           *Outbox
 	maxAttempts int
+	contention  int
 	txOptions   pgx.TxOptions
 	logger      *slog.Logger
 	tel         inboxInstruments
@@ -71,6 +81,15 @@ func (o *Outbox) NewInbox(cfg *InboxConfig) (*Inbox, error) {
 	case c.MaxAttempts < 1:
 		return nil, &ConfigError{Field: "MaxAttempts", Message: "MaxAttempts must be at least 1."}
 	}
+	switch {
+	case c.ContentionRetries == 0:
+		c.ContentionRetries = DefaultContentionRetries
+	case c.ContentionRetries == -1:
+		c.ContentionRetries = 0
+	case c.ContentionRetries < -1:
+		return nil, &ConfigError{Field: "ContentionRetries",
+			Message: "ContentionRetries must be -1 (no reruns) or more."}
+	}
 	if c.Logger == nil {
 		c.Logger = o.logger
 	}
@@ -80,7 +99,7 @@ func (o *Outbox) NewInbox(cfg *InboxConfig) (*Inbox, error) {
 	if c.MeterProvider == nil {
 		c.MeterProvider = o.mp
 	}
-	return &Inbox{o: o, maxAttempts: c.MaxAttempts, txOptions: c.TxOptions, logger: c.Logger,
+	return &Inbox{o: o, maxAttempts: c.MaxAttempts, contention: c.ContentionRetries, txOptions: c.TxOptions, logger: c.Logger,
 		tel: newInboxInstruments(c.TracerProvider, c.MeterProvider)}, nil
 }
 
@@ -112,6 +131,10 @@ func Permanent(err error) error {
 // fails the transaction rolls back and the error is returned, so the router nacks and the message is redelivered;
 // after MaxAttempts failures (or at once for a Permanent error) the message goes to the inbox dead letters with its
 // error and is acknowledged. name must be stable: it is part of the key.
+//
+// Contention is not failure: a run that fails with a concurrency conflict (eventstore.ErrConcurrencyConflict), a
+// serialization failure or a deadlock is rerun at once in a new transaction, up to ContentionRetries times, without
+// counting an attempt; only a delivery whose reruns are all used up counts as one failed attempt.
 //
 // Every run is traced as a stagehand.inbox.handle span, the child of the trace context in the message's metadata,
 // with its outcome (handled, duplicate, failed, dead_lettered); h's ctx carries it, so the handler's own spans and
@@ -193,6 +216,15 @@ func (i *Inbox) handle(name string, msg *message.Message, h HandlerFunc) error {
 	hctx = stagehand.WithCausationID(hctx, msg.UUID)
 
 	staged, duplicate, err := i.run(hctx, name, tenant, msgType, msg, h)
+	for n := 0; err != nil && n < i.contention && contention(err) && ctx.Err() == nil; n++ {
+		i.logger.Debug("stagehand: inbox reruns a handler after contention", "handler", name, "message_id", msg.UUID,
+			"rerun", n+1, "error", err)
+		select {
+		case <-ctx.Done():
+		case <-time.After(contentionPause(n)):
+			staged, duplicate, err = i.run(hctx, name, tenant, msgType, msg, h)
+		}
+	}
 	if err == nil {
 		outcome = telemetry.OutcomeHandled
 		if duplicate {

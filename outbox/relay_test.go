@@ -418,6 +418,10 @@ func TestInvalidSettingsNameTheField(t *testing.T) {
 	}
 	_, err = ob.NewInbox(&outbox.InboxConfig{MaxAttempts: -1})
 	require.ErrorIs(t, err, outbox.ErrInvalidConfig)
+	_, err = ob.NewInbox(&outbox.InboxConfig{ContentionRetries: -2})
+	require.ErrorContains(t, err, "ContentionRetries")
+	_, err = ob.NewInbox(&outbox.InboxConfig{ContentionRetries: -1})
+	require.NoError(t, err)
 	_, err = outbox.New(nil, nil)
 	require.ErrorIs(t, err, outbox.ErrInvalidConfig)
 }

@@ -47,21 +47,25 @@ func billing(t tables) *outbox.Handlers {
 }
 
 // warehouse ships each order once its payment is captured. It changes the Order aggregate inside the inbox
-// transaction (SaveTx), through the shipping repository, whose strategy is Deferred: the event commits with the
-// inbox entry, and the Deferred stager, following the log, stages its OrderShipped message.
+// transaction with UpdateTx (load, decide and save on tx, a concurrent change of the order retried under a
+// savepoint), through the shipping repository, whose strategy is Deferred: the event commits with the inbox entry,
+// and the Deferred stager, following the log, stages its OrderShipped message.
 func warehouse(shipping *aggregate.Repository[*Order]) *outbox.Handlers {
 	hs := outbox.NewHandlers(nil, false)
 	outbox.Handle(hs, MsgPaymentCaptured, func(ctx context.Context, tx pgx.Tx, out *outbox.Publisher,
 		msg *message.Message, m PaymentCapturedMessage) error {
-		order, err := shipping.Load(ctx, m.OrderID) // ctx carries the message's tenant
+		// ctx carries the message's tenant.
+		_, err := shipping.UpdateTx(ctx, tx, m.OrderID, func(order *Order) error {
+			if err := order.Ship(m.PaymentID, m.Amount, carrierFor(m.OrderID)); err != nil {
+				// An invariant refused: retrying cannot change that, so the inbox dead-letters it at once.
+				return outbox.Permanent(fmt.Errorf("warehouse: ship %s: %w", m.OrderID, err))
+			}
+			return nil
+		})
 		if err != nil {
-			return fmt.Errorf("warehouse: load %s: %w", m.OrderID, err)
+			return fmt.Errorf("warehouse: %s: %w", m.OrderID, err)
 		}
-		if err := order.Ship(m.PaymentID, m.Amount, carrierFor(m.OrderID)); err != nil {
-			// An invariant refused: retrying cannot change that, so the inbox dead-letters it at once.
-			return outbox.Permanent(fmt.Errorf("warehouse: ship %s: %w", m.OrderID, err))
-		}
-		return shipping.SaveTx(ctx, tx, order)
+		return nil
 	})
 	return hs
 }

@@ -6,7 +6,7 @@
 //	         ─ Save ─▶ Payment  payments repository  (eventually-consistent, + Reconciler)     ─▶ PaymentCaptured
 //	relay: outbox ─▶ NATS JetStream
 //	billing    (inbox)  OrderPlaced      → invoice row; stages InvoiceIssued in the same transaction
-//	warehouse  (inbox)  PaymentCaptured  → Order.Ship, SaveTx through the shipping repository
+//	warehouse  (inbox)  PaymentCaptured  → Order.Ship, UpdateTx through the shipping repository
 //	                                       (deferred, + DeferredStager)                          ─▶ OrderShipped
 //	notifier   (inbox)  InvoiceIssued, OrderShipped → notification rows
 //	projection order-board: placed, paid, shipped → the order_board table

@@ -22,7 +22,7 @@ import (
 //   - orders, used by the checkout to place orders: the -strategy flag, default auto, which resolves to
 //     transactional because the event store and the outbox share one database;
 //   - payments, used by the checkout to pay: eventually-consistent, so a Reconciler must run;
-//   - shipping, used by the warehouse inside its inbox transaction (SaveTx): deferred, so a DeferredStager must
+//   - shipping, used by the warehouse inside its inbox transaction (UpdateTx): deferred, so a DeferredStager must
 //     run. (Under SaveTx only transactional could stage in the caller's transaction; the others leave it to their
 //     worker, since the repository never sees the commit.)
 type shop struct {
