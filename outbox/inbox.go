@@ -202,6 +202,10 @@ func (i *Inbox) handle(name string, msg *message.Message, h HandlerFunc) error {
 	if name == "" {
 		return Permanent(errors.New("outbox: inbox handler name is empty"))
 	}
+	msg, skip := redriveTarget(name, msg)
+	if skip {
+		return nil // a redriven inbox dead letter of another handler
+	}
 	ctx := msg.Context()
 	tenant := stagehand.NormalizeTenant(msg.Metadata.Get(stagehand.HeaderTenantID))
 	msgType := msg.Metadata.Get(stagehand.HeaderMessageType)
