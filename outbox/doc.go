@@ -103,6 +103,10 @@
 // handler that changes an aggregate does best with aggregate.Repository.UpdateTx on the inbox transaction, which
 // retries a conflict under a savepoint before it ever reaches the inbox.
 //
+// Inbox dead letters are listed, shown, redriven and discarded through Admin (InboxDeadLetters, InboxDeadLetter,
+// RedriveInboxDeadLetter(s), DiscardInboxDeadLetter) and the CLI. A redrive stages a copy of the message in this
+// outbox that only its handler handles, under the original message ID, so effects still apply once.
+//
 // Every inbox-wrapped run is a stagehand.inbox.handle span (kind consumer; handler, message ID and type, tenant,
 // topic, and the outcome: handled, duplicate, failed or dead_lettered), the child of the trace context in the
 // message's metadata (the relay's publish span), and is counted in stagehand.inbox.messages by handler and outcome.

@@ -10,10 +10,10 @@ import (
 )
 
 func (a *app) inboxCommand() *cobra.Command {
-	return group("inbox", "Inbox statistics and cleanup",
+	return group("inbox", "Inbox statistics, dead letters and cleanup",
 		`Report on and clean up the inbox that makes Watermill handlers idempotent. Every subcommand acts on all
 tenants (estate-wide) unless --tenant names one; the output says which.`,
-		a.inboxStatsCommand(), a.inboxCleanupCommand())
+		a.inboxStatsCommand(), a.inboxDeadCommand(), a.inboxCleanupCommand())
 }
 
 type inboxStatsJSON struct {
