@@ -23,7 +23,7 @@ import (
 	"github.com/stagehand-es/stagehand"
 	"github.com/stagehand-es/stagehand/aggregate"
 	"github.com/stagehand-es/stagehand/eventstore"
-	"github.com/stagehand-es/stagehand/internal/pgtest"
+	"github.com/stagehand-es/stagehand/stagehandtest"
 )
 
 type config struct {
@@ -49,11 +49,11 @@ func run(ctx context.Context, out io.Writer, cfg config) error {
 	url := cfg.databaseURL
 	if url == "" {
 		fmt.Fprintln(out, "starting a throwaway PostgreSQL (set DATABASE_URL or -database-url to use yours)...")
-		srv, err := pgtest.Start(ctx, pgtest.Options{})
+		srv, err := stagehandtest.Start(ctx)
 		if err != nil {
 			return err
 		}
-		defer srv.Stop()
+		defer func() { _ = srv.Stop() }()
 		url = srv.URL()
 	}
 	pool, err := pgxpool.New(ctx, url)

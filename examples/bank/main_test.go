@@ -9,18 +9,17 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/stagehand-es/stagehand/internal/pgtest"
+	"github.com/stagehand-es/stagehand/stagehandtest"
 )
 
-func TestMain(m *testing.M) { pgtest.Main(m) }
+func TestMain(m *testing.M) { stagehandtest.Main(m) }
 
 // The example runs to completion and its printed counts are right.
 func TestBankExample(t *testing.T) {
 	var out bytes.Buffer
-	schema := pgtest.NewSchemaName(t)
-	pool := pgtest.Pool(t)
-	t.Cleanup(func() { pgtest.DropSchema(t, pool, schema) })
-	err := run(context.Background(), &out, config{databaseURL: pgtest.URL(t), schema: schema, withdrawers: 16})
+	schema := stagehandtest.SchemaName(t)
+	err := run(context.Background(), &out, config{databaseURL: stagehandtest.URL(t), schema: schema,
+		withdrawers: 16})
 	require.NoError(t, err, out.String())
 	t.Log(out.String())
 

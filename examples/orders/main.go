@@ -39,9 +39,9 @@ import (
 
 	"github.com/stagehand-es/stagehand"
 	"github.com/stagehand-es/stagehand/eventstore"
-	"github.com/stagehand-es/stagehand/internal/pgtest"
 	"github.com/stagehand-es/stagehand/outbox"
 	"github.com/stagehand-es/stagehand/projection"
+	"github.com/stagehand-es/stagehand/stagehandtest"
 	"github.com/stagehand-es/stagehand/staging"
 )
 
@@ -136,11 +136,11 @@ func run(ctx context.Context, out io.Writer, cfg config) (err error) {
 	dbURL := cfg.databaseURL
 	if dbURL == "" {
 		fmt.Fprintln(out, "starting a throwaway PostgreSQL (set DATABASE_URL or -database-url to use yours)...")
-		srv, err := pgtest.Start(ctx, pgtest.Options{})
+		srv, err := stagehandtest.Start(ctx)
 		if err != nil {
 			return err
 		}
-		defer srv.Stop()
+		defer func() { _ = srv.Stop() }()
 		dbURL = srv.URL()
 	}
 	pool, err := connect(ctx, dbURL, cfg.concurrency)

@@ -11,11 +11,11 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/stagehand-es/stagehand/internal/pgtest"
+	"github.com/stagehand-es/stagehand/stagehandtest"
 	"github.com/stagehand-es/stagehand/staging"
 )
 
-func TestMain(m *testing.M) { pgtest.Main(m) }
+func TestMain(m *testing.M) { stagehandtest.Main(m) }
 
 // The example runs to completion on the test PostgreSQL and an embedded NATS server, with every component stopped
 // at the end (no goroutine left), and its printed counts add up: every message the orders imply is staged,
@@ -30,7 +30,7 @@ func TestOrdersExample(t *testing.T) {
 		{staging.Deferred, "deferred"},
 	} {
 		t.Run(tc.strategy.String(), func(t *testing.T) {
-			pgtest.CheckLeaks(t)
+			stagehandtest.CheckLeaks(t)
 			const orders = 100
 			out := runExample(t, config{
 				orders:      orders,
@@ -83,11 +83,9 @@ func TestOrdersExample(t *testing.T) {
 // storing into a temporary directory, and returns what it printed.
 func runExample(t *testing.T, cfg config) string {
 	t.Helper()
-	pool := pgtest.Pool(t)
-	cfg.databaseURL = pgtest.URL(t)
-	cfg.schema = pgtest.NewSchemaName(t)
+	cfg.databaseURL = stagehandtest.URL(t)
+	cfg.schema = stagehandtest.SchemaName(t)
 	cfg.natsStore = t.TempDir()
-	t.Cleanup(func() { pgtest.DropSchema(t, pool, cfg.schema) })
 	var out bytes.Buffer
 	err := run(context.Background(), &out, cfg)
 	t.Log("\n" + out.String())
