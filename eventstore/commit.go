@@ -43,11 +43,18 @@ func (s *PostgresStore) commitFailed(ctx context.Context, tx pgx.Tx, req AppendR
 	if !lostConnection(err) {
 		return AppendResult{}, s.commitError(ctx, err, req)
 	}
+	return s.commitLost(ctx, req, res, tx.Conn().PgConn().PID(), err)
+}
+
+// commitLost is the outcome of AppendQueued whose connection failed with the COMMIT in flight: resolveCommit,
+// knowing the server process (pid) of the transaction.
+func (s *PostgresStore) commitLost(ctx context.Context, req AppendRequest, res AppendResult, pid uint32,
+	err error) (AppendResult, error) {
 	ids := make([]uuid.UUID, len(res.Records))
 	for i, r := range res.Records {
 		ids[i] = r.EventID
 	}
-	return s.resolveCommit(ctx, req, ids, tx.Conn().PgConn().PID(), err)
+	return s.resolveCommit(ctx, req, ids, pid, err)
 }
 
 // appendFailed is the outcome of Append (one statement, committed by itself) that failed. A lost connection may
@@ -102,11 +109,22 @@ func (s *PostgresStore) resolveCommit(ctx context.Context, req AppendRequest, id
 	return AppendResult{}, s.commitUnknown(req, ids, lost)
 }
 
+// countEvents counts the stored events among ids. It tries a few times: the failure that lost the commit (a
+// server restart, a terminated session) often broke other pooled connections too, and each try takes another.
 func (s *PostgresStore) countEvents(ctx context.Context, ids []uuid.UUID) (int, error) {
-	var n int
-	err := s.pool.QueryRow(ctx, `SELECT count(*) FROM `+s.t.events+` WHERE event_id = ANY($1::uuid[])`, ids).
-		Scan(&n)
-	return n, err
+	var err error
+	for range 3 {
+		var n int
+		err = s.pool.QueryRow(ctx, `SELECT count(*) FROM `+s.t.events+` WHERE event_id = ANY($1::uuid[])`, ids).
+			Scan(&n)
+		if err == nil {
+			return n, nil
+		}
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	return 0, err
 }
 
 // waitForBackend waits until server process pid has ended, and reports whether it did before ctx ended.

@@ -16,16 +16,26 @@ import (
 	"github.com/stagehand-es/stagehand/internal/pgtest"
 )
 
-// The connection of an AppendWith is terminated (pg_terminate_backend) while its COMMIT runs (a deferred trigger
-// makes the commit take a few milliseconds), at a random moment, in a loop. Whatever the moment, a save whose
-// events are stored is never reported as a plain failure: it is a success (the store found its events) or
-// ErrCommitUnknown; and a save reported as a success is stored.
+// The connection of an AppendWith or AppendQueued is terminated (pg_terminate_backend) while its COMMIT runs (a
+// deferred trigger makes the commit take a few milliseconds), at a random moment, in a loop. Whatever the moment, a
+// save whose events are stored is never reported as a plain failure: it is a success (the store found its events)
+// or ErrCommitUnknown; and a save reported as a success is stored.
 func TestConnectionKilledDuringCommit(t *testing.T) {
 	t.Parallel()
+	for _, how := range []string{"AppendWith", "AppendQueued"} {
+		t.Run(how, func(t *testing.T) {
+			t.Parallel()
+			killDuringCommit(t, how)
+		})
+	}
+}
+
+func killDuringCommit(t *testing.T, how string) {
 	ctx := context.Background()
 	s := newPostgres(t)
-	pool := s.Pool()
+	pool := pgtest.Pool(t) // the test's own: the store's connections are the ones killed
 	slow := pgtest.Q(s.Schema(), "slow")
+	events := pgtest.Q(s.Schema(), "events")
 	pgtest.Exec(t, pool, `CREATE TABLE `+slow+` (x int)`)
 	pgtest.Exec(t, pool, `CREATE FUNCTION `+pgtest.Q(s.Schema(), "sleep_at_commit")+`() RETURNS trigger
 		LANGUAGE plpgsql AS $$ BEGIN PERFORM pg_sleep(0.01); RETURN NULL; END $$`)
@@ -46,18 +56,38 @@ func TestConnectionKilledDuringCommit(t *testing.T) {
 		killed := make(chan struct{})
 		go func() {
 			defer close(killed)
-			pid := <-pids
+			pid, ok := <-pids
+			if !ok {
+				return
+			}
+			if pid == 0 { // AppendQueued: the only writer holding a lock on events
+				var p int32
+				if err := pool.QueryRow(ctx, `SELECT pid FROM pg_locks WHERE relation = $1::regclass
+					AND mode = 'RowExclusiveLock' AND pid <> pg_backend_pid() LIMIT 1`, events).Scan(&p); err != nil {
+					return
+				}
+				pid = uint32(p)
+			}
 			time.Sleep(time.Duration(rand.Int64N(int64(15 * time.Millisecond))))
 			_, _ = pool.Exec(ctx, `SELECT pg_terminate_backend($1)`, int32(pid))
 		}()
-		_, err := s.AppendWith(ctx, req, func(ctx context.Context, tx pgx.Tx, _ eventstore.AppendResult) error {
-			pids <- tx.Conn().PgConn().PID()
-			_, err := tx.Exec(ctx, `INSERT INTO `+slow+` VALUES (1)`)
-			return err
-		})
+		var err error
+		if how == "AppendWith" {
+			_, err = s.AppendWith(ctx, req, func(ctx context.Context, tx pgx.Tx, _ eventstore.AppendResult) error {
+				pids <- tx.Conn().PgConn().PID()
+				_, err := tx.Exec(ctx, `INSERT INTO `+slow+` VALUES (1)`)
+				return err
+			})
+		} else {
+			_, err = s.AppendQueued(ctx, req, func(_ context.Context, _ eventstore.AppendResult, b *pgx.Batch) error {
+				pids <- 0
+				b.Queue(`INSERT INTO ` + slow + ` VALUES (1)`)
+				return nil
+			})
+		}
+		close(pids)
 		<-killed
-		stored := pgtest.Count(t, pool, `SELECT count(*) FROM `+pgtest.Q(s.Schema(), "events")+
-			` WHERE event_id = $1`, id) == 1
+		stored := pgtest.Count(t, pool, `SELECT count(*) FROM `+events+` WHERE event_id = $1`, id) == 1
 		switch {
 		case err == nil:
 			require.True(t, stored, "a save reported as a success is stored")
@@ -78,8 +108,9 @@ func TestConnectionKilledDuringCommit(t *testing.T) {
 		if stored {
 			version++
 		}
+		s.Pool().Reset() // a kill that landed after the save left a dead idle connection: start afresh
 	}
-	t.Logf("outcomes of %d saves killed during their commit: %v", rounds, outcomes)
+	t.Logf("%s: outcomes of %d saves killed during their commit: %v", how, rounds, outcomes)
 	require.Positive(t, outcomes["not committed (resolved after the commit failed)"],
 		"no kill landed during a commit: the test tested nothing")
 	info, err := s.Stream(ctx, "", "s")

@@ -38,7 +38,7 @@ func isolatedStore(t *testing.T, level string) (*eventstore.PostgresStore, *pgxp
 // Under REPEATABLE READ and SERIALIZABLE, writers racing on one stream lose with serialization failures (40001)
 // as well as failed version checks, in the statement or at COMMIT. Every loser's error must match
 // ErrConcurrencyConflict and name the stream, whichever way it lost (Append, AppendWith with a staging write,
-// AppendTx on the caller's transaction), and the stream stays 1..n.
+// AppendTx on the caller's transaction, AppendQueued with a queued write), and the stream stays 1..n.
 func TestIsolationLevelLosersAreConflicts(t *testing.T) {
 	t.Parallel()
 	for _, level := range []string{"serializable", "repeatable read"} {
@@ -72,7 +72,7 @@ func TestIsolationLevelLosersAreConflicts(t *testing.T) {
 						}
 						req := eventstore.AppendRequest{StreamID: "s", StreamType: "t",
 							Expected: eventstore.ExpectedVersion(info.Version), Events: one}
-						switch w % 3 {
+						switch w % 4 {
 						case 0:
 							_, err = s.Append(ctx, req)
 						case 1:
@@ -87,8 +87,14 @@ func TestIsolationLevelLosersAreConflicts(t *testing.T) {
 								_, err := tx.Exec(ctx, `INSERT INTO `+side+` VALUES ('s', $1)`, res.Version)
 								return err
 							})
-						default:
+						case 2:
 							err = appendTxAndCommit(ctx, s, pool, req)
+						default:
+							_, err = s.AppendQueued(ctx, req, func(_ context.Context, res eventstore.AppendResult,
+								b *pgx.Batch) error {
+								b.Queue(`INSERT INTO ` + side + ` SELECT 's', count(*) FROM ` + side)
+								return nil
+							})
 						}
 						mu.Lock()
 						if err == nil {

@@ -63,15 +63,13 @@ func (s *PostgresStore) AppendQueued(ctx context.Context, req AppendRequest, que
 	})
 	if err := conn.SendBatch(ctx, b).Close(); err != nil {
 		if conn.Conn().IsClosed() {
-			return AppendResult{}, fmt.Errorf("eventstore: commit append to stream %q (outcome unknown: the "+
-				"connection failed with the commit in flight): %w", req.StreamID, err)
+			return s.commitLost(ctx, req, res, conn.Conn().PgConn().PID(), err)
 		}
 		// A statement failed, so the server skipped the commit: nothing is stored.
 		if rerr := rollback(ctx, conn); rerr != nil {
 			err = fmt.Errorf("%w (and the rollback failed: %w)", err, rerr)
 		}
-		return AppendResult{}, fmt.Errorf("eventstore: staging in the append transaction of stream %q: %w",
-			req.StreamID, err)
+		return AppendResult{}, s.stageError(ctx, err, req)
 	}
 	s.Notify()
 	return res, nil
