@@ -94,8 +94,9 @@ type InboxRedriveFilter struct {
 }
 
 // RedriveInboxDeadLetter redrives the inbox dead letter of the scope for (handler, messageID); see
-// RedriveInboxDeadLetters (topic is InboxRedriveFilter.Topic: "" for the dead letter's own). It returns an error matching ErrNotFound when there is no such dead letter (a message
-// redriven before and handled since has none: redriving it again does nothing).
+// RedriveInboxDeadLetters (topic is InboxRedriveFilter.Topic: "" for the dead letter's own). It returns an error
+// matching ErrNotFound when there is no such dead letter (a message redriven before and handled since has none:
+// redriving it again does nothing).
 func (a *Admin) RedriveInboxDeadLetter(ctx context.Context, handler, messageID, topic string) error {
 	n, err := a.RedriveInboxDeadLetters(ctx, InboxRedriveFilter{Handler: handler, MessageIDs: []string{messageID},
 		Topic: topic})
