@@ -46,7 +46,13 @@
 //     only after the previous was acknowledged, so their first publications reach the broker in that order, with
 //     any number of relays and any MaxDegreeOfParallelism. A message that fails holds back only the later messages
 //     of its own key. Scheduled messages are the documented exception: they are published when due, outside their
-//     key's order.
+//     key's order. That is order at the broker. A handler sees it only when its subscription hands it one message
+//     at a time and delivers a nacked or timed-out message again before any later one: with NATS JetStream, a
+//     durable consumer with MaxAckPending 1 (examples/orders, tested with 8 subscribers, nacks and duplicates);
+//     several subscribers or a larger MaxAckPending hand a key's messages to handlers concurrently, and a
+//     redelivery can overtake. Behind the inbox, a duplicate is skipped (the first successful handling is the one
+//     that counts), a message the inbox dead-letters no longer holds its key at the handler, and a redriven inbox
+//     dead letter is handled when its copy arrives.
 //   - Retries that throttle. A rejected message (nacked, or unanswered past AckDeadline) is retried after an
 //     exponential backoff with jitter, capped by MaxRetryDelay; after MaxRetryCount retries it moves to the dead
 //     letters with its last error. A dead letter keeps holding its key (a sequenced dead-letter queue) until it is

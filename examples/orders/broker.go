@@ -116,6 +116,12 @@ func provisionBroker(ctx context.Context, url string, subs []subscription) error
 			DeliverPolicy:  jetstream.DeliverAllPolicy,
 			AckPolicy:      jetstream.AckExplicitPolicy,
 			AckWait:        30 * time.Second, // unacknowledged for this long: delivered again
+			// One unacknowledged message at a time across the whole group: the next message is delivered only
+			// once this one is acknowledged, and a nacked or timed-out one is delivered again before any later
+			// one. That is what carries each key's order (the stream's order) to the handler, whatever the
+			// number of subscribers and processes; without it they hand a key's messages to handlers
+			// concurrently and redeliveries overtake. It caps a group at one message in flight per topic.
+			MaxAckPending: 1,
 		}); err != nil {
 			return fmt.Errorf("nats: consumer %s on %s: %w", sub.group, sub.topic, err)
 		}
