@@ -17,8 +17,9 @@ var _ QueuedAppender = (*PostgresStore)(nil)
 // the append back (one more round trip). The connection is held from the first round trip to the commit, as with
 // AppendWith, and the wake-up notification is sent after the commit.
 //
-// If the connection fails while the commit is in flight, the append may or may not have committed; the error says
-// the commit's outcome is unknown.
+// If the connection fails while the commit is in flight, the append may or may not have committed: the store finds
+// out on another connection (see the package documentation, "Lost commits") and returns success, a plain failure,
+// or an error matching ErrCommitUnknown when the outcome cannot be known.
 func (s *PostgresStore) AppendQueued(ctx context.Context, req AppendRequest, queue QueueFunc) (AppendResult, error) {
 	conn, err := s.pool.Acquire(ctx)
 	if err != nil {
