@@ -362,8 +362,8 @@ func (r *Repository[A]) saveTx(ctx context.Context, tx pgx.Tx, a A) (int, error)
 // up to UpdateRetries times (a serialization failure or deadlock of the save, under REPEATABLE READ or
 // SERIALIZABLE, is one). An append whose commit outcome is unknown (eventstore.ErrCommitUnknown: the connection was
 // lost during its commit and the store could not find out) is never retried: it is returned, and the caller
-// reloads to see whether it was stored. An error from fn is returned as is and nothing is saved. The whole sequence, retries
-// included, is one stagehand.save span (with the number of attempts).
+// reloads to see whether it was stored. An error from fn is returned as is and nothing is saved. The whole
+// sequence, retries included, is one stagehand.save span (with the number of attempts).
 func (r *Repository[A]) Update(ctx context.Context, id string, fn func(A) error) (A, error) {
 	ctx, span := r.tel.startSave(ctx, id)
 	attempts, events := 0, 0

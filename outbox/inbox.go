@@ -99,8 +99,8 @@ func (o *Outbox) NewInbox(cfg *InboxConfig) (*Inbox, error) {
 	if c.MeterProvider == nil {
 		c.MeterProvider = o.mp
 	}
-	return &Inbox{o: o, maxAttempts: c.MaxAttempts, contention: c.ContentionRetries, txOptions: c.TxOptions, logger: c.Logger,
-		tel: newInboxInstruments(c.TracerProvider, c.MeterProvider)}, nil
+	return &Inbox{o: o, maxAttempts: c.MaxAttempts, contention: c.ContentionRetries, txOptions: c.TxOptions,
+		logger: c.Logger, tel: newInboxInstruments(c.TracerProvider, c.MeterProvider)}, nil
 }
 
 // HandlerFunc handles one message inside the inbox transaction tx. Write the handler's effects with tx and
