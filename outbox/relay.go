@@ -765,7 +765,7 @@ func (s *subscription) unreachable(rw *row, u *unit, cause error) {
 	cancel()
 	s.mu.Lock()
 	pause := s.brokerBackoff
-	s.brokerBackoff = min(s.brokerBackoff*2, s.s.maxBrokerBackoff)
+	s.brokerBackoff = s.s.nextBrokerBackoff(s.brokerBackoff)
 	if until := time.Now().Add(pause); until.After(s.pausedUntil) {
 		s.pausedUntil = until
 	}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/stagehand-es/stagehand"
 	"github.com/stagehand-es/stagehand/eventstore"
+	"github.com/stagehand-es/stagehand/internal/backoff"
 )
 
 // Handler handles a batch of records in position order, writing through tx. The follower advances its
@@ -266,4 +267,10 @@ func Label(kind, name string) string {
 // errorf formats an error of the follower, prefixed with its Label.
 func (f *Follower) errorf(format string, args ...any) error {
 	return fmt.Errorf("%s: "+format, append([]any{Label(f.cfg.Kind, f.cfg.Name)}, args...)...)
+}
+
+// retryDelay is the wait after failed attempt number attempts (1 = after the first): RetryDelay doubled per earlier
+// failure, capped by MaxRetryDelay, saturating rather than overflowing whatever the settings.
+func (c *Config) retryDelay(attempts int) time.Duration {
+	return backoff.Exponential(c.RetryDelay, c.MaxRetryDelay, attempts-1)
 }

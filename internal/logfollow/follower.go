@@ -387,11 +387,7 @@ func (f *Follower) failed(ctx context.Context, l lease.Lease, p *progress, recs 
 		"position", rec.Position, "event_type", rec.Type, "attempt", p.attempts, "exhausted", exhausted,
 		"error", hf.err)
 	if !exhausted {
-		delay := f.cfg.RetryDelay << min(p.attempts-1, 30)
-		if delay > f.cfg.MaxRetryDelay || delay <= 0 {
-			delay = f.cfg.MaxRetryDelay
-		}
-		sleep(ctx, delay)
+		sleep(ctx, f.cfg.retryDelay(p.attempts))
 		return nil
 	}
 	herr := &HandlerError{Kind: f.cfg.Kind, Name: f.cfg.Name, Record: rec, Attempts: p.attempts, Err: hf.err}
