@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/stagehand-es/stagehand"
+	"github.com/stagehand-es/stagehand/internal/jsonmeta"
 	"github.com/stagehand-es/stagehand/internal/pgnotify"
 )
 
@@ -446,6 +447,9 @@ func (s *PostgresStore) translate(err error, req AppendRequest) error {
 			return ErrConcurrencyConflict
 		}
 	}
+	if terr := translateData(err, req); terr != nil {
+		return terr
+	}
 	return fmt.Errorf("eventstore: append to stream %q: %w", req.StreamID, err)
 }
 
@@ -460,13 +464,16 @@ func encodeMetadata(m Metadata) (string, error) {
 	return string(b), nil
 }
 
-// finishRecord normalises times to UTC and decodes the metadata column.
+// finishRecord normalises times to UTC and decodes the metadata column tolerantly: values that are not strings are
+// read as their JSON text. Metadata that is not a JSON object returns a *RecordError.
 func finishRecord(r *Record, meta []byte) error {
 	r.OccurredAt, r.RecordedAt = r.OccurredAt.UTC(), r.RecordedAt.UTC()
 	if len(meta) > 2 { // "{}" carries nothing
-		if err := json.Unmarshal(meta, &r.Metadata); err != nil {
-			return fmt.Errorf("decode metadata of event at position %d: %w", r.Position, err)
+		m, err := jsonmeta.Decode(meta)
+		if err != nil {
+			return &RecordError{Record: *r, Err: err}
 		}
+		r.Metadata = m
 	}
 	return nil
 }
@@ -490,7 +497,7 @@ func (s *PostgresStore) ReadStream(ctx context.Context, tenant, streamID string,
 			return nil, fmt.Errorf("eventstore: read stream %q: %w", streamID, err)
 		}
 		if err := finishRecord(&r, meta); err != nil {
-			return nil, fmt.Errorf("eventstore: read stream %q: %w", streamID, err)
+			return nil, err
 		}
 		out = append(out, r)
 	}

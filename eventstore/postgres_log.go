@@ -2,6 +2,7 @@ package eventstore
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -10,6 +11,9 @@ import (
 
 // ReadLog implements Store with lock-aware gap detection (see PostgresStore).
 func (s *PostgresStore) ReadLog(ctx context.Context, q LogQuery) (LogPage, error) {
+	if err := checkQuery(q); err != nil {
+		return LogPage{}, err
+	}
 	limit := q.limit()
 	deadline := time.Now().Add(s.cfg.MaxGapWait)
 	// Positions up to settled are final: anything missing at or below it can never commit.
@@ -21,6 +25,11 @@ func (s *PostgresStore) ReadLog(ctx context.Context, q LogQuery) (LogPage, error
 		}
 		out, gap := cutAtGap(page, q.After, settled)
 		if gap == 0 {
+			if page.corrupt != nil && out.Last == q.After {
+				// The next event to read cannot be read: report it alone, so the reader applies its failure mode
+				// to that event (and can move past it) instead of failing on every page that contains it.
+				return LogPage{Last: q.After}, page.corrupt
+			}
 			return out, nil
 		}
 		// A position is missing below the highest one read. Whoever drew it did so before that highest row was
@@ -49,6 +58,8 @@ func (s *PostgresStore) ReadLog(ctx context.Context, q LogQuery) (LogPage, error
 type rawPage struct {
 	recs  []Record
 	match []bool // nil when the query has no filter: every row matches
+	// corrupt is set when the page's last record could not be read; the page ends there.
+	corrupt *RecordError
 }
 
 func (p *rawPage) highest() int64 { return p.recs[len(p.recs)-1].Position }
@@ -91,11 +102,14 @@ func (s *PostgresStore) readPage(ctx context.Context, q LogQuery, limit int) (ra
 			&r.Type, &r.TypeVersion, &r.Payload, &meta, &r.OccurredAt, &r.RecordedAt); err != nil {
 			return rawPage{}, fmt.Errorf("eventstore: read log after %d: %w", q.After, err)
 		}
-		if err := finishRecord(r, meta); err != nil {
-			return rawPage{}, fmt.Errorf("eventstore: read log: %w", err)
-		}
 		if filtered {
 			page.match = append(page.match, m)
+		}
+		if err := finishRecord(r, meta); err != nil {
+			if !errors.As(err, &page.corrupt) {
+				return rawPage{}, fmt.Errorf("eventstore: read log: %w", err)
+			}
+			break // the page ends at the record that cannot be read
 		}
 	}
 	if err := rows.Err(); err != nil {
@@ -105,7 +119,8 @@ func (s *PostgresStore) readPage(ctx context.Context, q LogQuery, limit int) (ra
 }
 
 // cutAtGap returns the page up to (excluding) the first unexplained gap, and the first missing position (0 when
-// there is none). Missing positions at or below settled are known to be final and are skipped.
+// there is none). Missing positions at or below settled are known to be final and are skipped. A record that could
+// not be read (the page's last, page.corrupt) ends the page before it.
 func cutAtGap(page rawPage, after, settled int64) (LogPage, int64) {
 	out := LogPage{Last: after}
 	prev := after
@@ -122,6 +137,14 @@ func cutAtGap(page rawPage, after, settled int64) (LogPage, int64) {
 				out.Records = keep
 			}
 			return out, max(prev+1, settled+1)
+		}
+		if page.corrupt != nil && i == len(page.recs)-1 {
+			if page.match == nil {
+				out.Records = keep[:i]
+			} else {
+				out.Records = keep
+			}
+			return out, 0
 		}
 		if page.match != nil && page.match[i] {
 			keep = append(keep, page.recs[i])

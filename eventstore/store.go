@@ -209,6 +209,8 @@ var (
 	ErrDuplicateEventID = errors.New("eventstore: duplicate event id")
 	// ErrInvalidAppend: the request is malformed (empty stream ID, no events, bad expected version).
 	ErrInvalidAppend = errors.New("eventstore: invalid append")
+	// ErrCorruptRecord matches a *RecordError: a stored event that cannot be read.
+	ErrCorruptRecord = errors.New("eventstore: corrupt record")
 	// ErrInvalidConfig: a store was constructed with invalid configuration.
 	ErrInvalidConfig = errors.New("eventstore: invalid configuration")
 )
@@ -242,3 +244,25 @@ func (e *ConfigError) Error() string {
 
 // Is makes errors.Is(err, ErrInvalidConfig) true.
 func (e *ConfigError) Is(target error) bool { return target == ErrInvalidConfig }
+
+// RecordError is the error of a stored event that cannot be read (its metadata column holds JSON that is not an
+// object, written by something other than stagehand). Record holds what could be read: position, tenant, stream,
+// version, type and payload, without metadata. It matches ErrCorruptRecord.
+//
+// Metadata values that are not strings are not corrupt: they are read as their JSON text ({"retries": 1} reads as
+// "retries" → "1"); only metadata that is not a JSON object is.
+type RecordError struct {
+	Record Record
+	Err    error
+}
+
+func (e *RecordError) Error() string {
+	return fmt.Sprintf("eventstore: event at position %d (stream %q version %d, tenant %q, type %q) cannot be read: %v",
+		e.Record.Position, e.Record.StreamID, e.Record.Version, e.Record.Tenant, e.Record.Type, e.Err)
+}
+
+// Is makes errors.Is(err, ErrCorruptRecord) true.
+func (e *RecordError) Is(target error) bool { return target == ErrCorruptRecord }
+
+// Unwrap returns the decoding error.
+func (e *RecordError) Unwrap() error { return e.Err }

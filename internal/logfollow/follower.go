@@ -189,6 +189,16 @@ func (f *Follower) loop(ctx context.Context, l lease.Lease, p *progress, notifie
 			page, err = f.readLog(ctx, p.pos)
 		}
 		if err != nil {
+			var rerr *eventstore.RecordError
+			if errors.As(err, &rerr) && rerr.Record.Position > p.pos {
+				// The next event cannot be read at all: it fails like a handler that can never succeed on it,
+				// so the follower's failure mode applies (stop naming it, or give up on it and go on).
+				if stop := f.failed(ctx, l, p, []eventstore.Record{rerr.Record},
+					&handlerFailure{err: Permanent(err)}); stop != nil {
+					return stop
+				}
+				continue
+			}
 			if !f.pause(ctx, p, err, "read log") {
 				return nil
 			}
