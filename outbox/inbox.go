@@ -181,6 +181,9 @@ func (i *Inbox) handle(name string, msg *message.Message, h HandlerFunc) error {
 	}
 	ctx := msg.Context()
 	tenant := stagehand.NormalizeTenant(msg.Metadata.Get(stagehand.HeaderTenantID))
+	if err := checkInbound(name, tenant, msg); err != nil {
+		return err
+	}
 	msgType := msg.Metadata.Get(stagehand.HeaderMessageType)
 	correlation := firstNonEmpty(msg.Metadata.Get(stagehand.HeaderCorrelationID),
 		middleware.MessageCorrelationID(msg), msg.UUID)
