@@ -17,6 +17,7 @@ import (
 
 	"github.com/stagehand-es/stagehand"
 	"github.com/stagehand-es/stagehand/internal/jsonmeta"
+	"github.com/stagehand-es/stagehand/internal/names"
 	"github.com/stagehand-es/stagehand/internal/pgnotify"
 )
 
@@ -41,11 +42,15 @@ func (c *PostgresConfig) withDefaults() (PostgresConfig, error) {
 	var cfg PostgresConfig
 	if c != nil {
 		cfg = *c
-	} else {
+	}
+	if cfg.Schema == "" {
 		cfg.Schema = stagehand.DefaultSchema
 	}
 	if strings.TrimSpace(cfg.Schema) == "" {
-		return cfg, &ConfigError{Field: "Schema", Reason: "must not be empty"}
+		return cfg, &ConfigError{Field: "Schema", Reason: "must not be blank"}
+	}
+	if reason := names.Identifier(cfg.Schema); reason != "" {
+		return cfg, &ConfigError{Field: "Schema", Reason: reason}
 	}
 	if cfg.MaxGapWait < 0 {
 		return cfg, &ConfigError{Field: "MaxGapWait", Reason: "must not be negative"}

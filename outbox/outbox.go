@@ -17,6 +17,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/stagehand-es/stagehand"
+	"github.com/stagehand-es/stagehand/internal/names"
 	"github.com/stagehand-es/stagehand/internal/pgnotify"
 	"github.com/stagehand-es/stagehand/internal/telemetry"
 )
@@ -85,6 +86,9 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Outbox, error) {
 	}
 	if strings.TrimSpace(c.Schema) == "" {
 		return nil, &ConfigError{Field: "Schema", Message: "Schema cannot be whitespace."}
+	}
+	if reason := names.Identifier(c.Schema); reason != "" {
+		return nil, &ConfigError{Field: "Schema", Message: "Schema " + reason + "."}
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/stagehand-es/stagehand"
 	"github.com/stagehand-es/stagehand/aggregate"
+	"github.com/stagehand-es/stagehand/internal/names"
 )
 
 // FailureMode says what a projection does with an event whose handler failed MaxAttempts times.
@@ -135,6 +136,10 @@ func (c *Config) withDefaults() (Config, error) {
 		return cfg, &ConfigError{Field: "Name", Reason: "is required"}
 	case strings.Contains(cfg.Name, "#"):
 		return cfg, &ConfigError{Field: "Name", Reason: "must not contain '#' (it separates partition names)"}
+	case names.Identifier(cfg.Name) != "":
+		return cfg, &ConfigError{Field: "Name", Reason: names.Identifier(cfg.Name)}
+	case names.Text(cfg.Name) != "":
+		return cfg, &ConfigError{Field: "Name", Reason: names.Text(cfg.Name)}
 	}
 	if cfg.Schema == "" {
 		cfg.Schema = stagehand.DefaultSchema

@@ -13,6 +13,7 @@ import (
 
 	"github.com/stagehand-es/stagehand/eventstore"
 	"github.com/stagehand-es/stagehand/internal/logfollow"
+	"github.com/stagehand-es/stagehand/internal/names"
 	"github.com/stagehand-es/stagehand/internal/telemetry"
 	"github.com/stagehand-es/stagehand/outbox"
 )
@@ -88,6 +89,11 @@ func newWorker(kind string, store eventstore.Store, o *outbox.Outbox, m *Mapping
 	}
 	if err := m.Err(); err != nil {
 		return nil, err
+	}
+	if c.Name != "" {
+		if reason := names.Identifier(c.Name) + names.Text(c.Name); reason != "" {
+			return nil, fmt.Errorf("%w: %s: Name %s", ErrInvalidConfig, kind, reason)
+		}
 	}
 	if c.Schema == "" {
 		c.Schema = o.Schema()

@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/stagehand-es/stagehand"
+	"github.com/stagehand-es/stagehand/internal/names"
 )
 
 // DB is what the lease queries need; *pgxpool.Pool, *pgx.Conn and pgx.Tx satisfy it.
@@ -92,6 +93,9 @@ func (c *Config) withDefaults() (Config, error) {
 	}
 	if strings.TrimSpace(cfg.Schema) == "" {
 		return cfg, &ConfigError{Field: "Schema", Reason: "must not be blank"}
+	}
+	if reason := names.Identifier(cfg.Schema); reason != "" {
+		return cfg, &ConfigError{Field: "Schema", Reason: reason}
 	}
 	if cfg.Owner == "" {
 		cfg.Owner = DefaultOwner()

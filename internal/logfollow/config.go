@@ -14,6 +14,7 @@ import (
 	"github.com/stagehand-es/stagehand"
 	"github.com/stagehand-es/stagehand/eventstore"
 	"github.com/stagehand-es/stagehand/internal/backoff"
+	"github.com/stagehand-es/stagehand/internal/names"
 )
 
 // Handler handles a batch of records in position order, writing through tx. The follower advances its
@@ -166,6 +167,14 @@ func (c *Config) withDefaults() (Config, error) {
 	if strings.TrimSpace(cfg.Name) == "" {
 		return cfg, &ConfigError{Field: "Name", Reason: "is required"}
 	}
+	if reason := names.Text(cfg.Name); reason != "" {
+		return cfg, &ConfigError{Field: "Name", Reason: reason}
+	}
+	for _, t := range cfg.Tenants {
+		if err := stagehand.ValidateTenant(t); err != nil {
+			return cfg, &ConfigError{Field: "Tenants", Reason: err.Error()}
+		}
+	}
 	if cfg.Kind == "" {
 		cfg.Kind = "follower"
 	}
@@ -177,6 +186,9 @@ func (c *Config) withDefaults() (Config, error) {
 	}
 	if strings.TrimSpace(cfg.Schema) == "" {
 		return cfg, &ConfigError{Field: "Schema", Reason: "must not be blank"}
+	}
+	if reason := names.Identifier(cfg.Schema); reason != "" {
+		return cfg, &ConfigError{Field: "Schema", Reason: reason}
 	}
 	switch {
 	case cfg.BatchSize == 0:
