@@ -209,6 +209,8 @@ var (
 	ErrDuplicateEventID = errors.New("eventstore: duplicate event id")
 	// ErrInvalidAppend: the request is malformed (empty stream ID, no events, bad expected version).
 	ErrInvalidAppend = errors.New("eventstore: invalid append")
+	// ErrInRecovery matches an *InRecoveryError: the log cannot be followed safely on a server in recovery.
+	ErrInRecovery = errors.New("eventstore: server in recovery")
 	// ErrCorruptRecord matches a *RecordError: a stored event that cannot be read.
 	ErrCorruptRecord = errors.New("eventstore: corrupt record")
 	// ErrInvalidConfig: a store was constructed with invalid configuration.
@@ -266,3 +268,19 @@ func (e *RecordError) Is(target error) bool { return target == ErrCorruptRecord 
 
 // Unwrap returns the decoding error.
 func (e *RecordError) Unwrap() error { return e.Err }
+
+// InRecoveryError is returned by the PostgreSQL store's ReadLog on a server in recovery (a hot standby). The
+// gap-safe reader judges a missing position by the transactions that hold the events table's lock, and a standby
+// does not see the primary's transactions: it would pass a position the primary may still commit, and that event
+// would never be delivered. Follow the log on the primary. It matches ErrInRecovery.
+type InRecoveryError struct {
+	Schema string
+}
+
+func (e *InRecoveryError) Error() string {
+	return fmt.Sprintf("eventstore: the global log of schema %q cannot be followed on a server in recovery (a "+
+		"standby does not see the primary's in-flight appends); point log readers at the primary", e.Schema)
+}
+
+// Is makes errors.Is(err, ErrInRecovery) true.
+func (e *InRecoveryError) Is(target error) bool { return target == ErrInRecovery }
