@@ -42,6 +42,11 @@ type Config struct {
 	Projections func(ctx context.Context) ([]projection.Status, error)
 	// Workers are the staging workers (Deferred stagers, reconcilers) watched. Default: none.
 	Workers []Worker
+	// WorkerStatus returns the status of the staging workers watched, read from the database: a closure over
+	// staging.ListWorkerStatus sees every worker of a schema, whichever process runs it, without building one. A
+	// failed worker is Unhealthy; one retrying an event, or holding parked events (DeadLetters), is Degraded.
+	// Default: none.
+	WorkerStatus func(ctx context.Context) ([]staging.WorkerStatus, error)
 
 	// DegradedInactivity and UnhealthyInactivity: a component that has work (ready messages, lag) but has made
 	// no progress for this long is Degraded, then Unhealthy. Defaults 2m and 5m (seed 003).
