@@ -88,7 +88,9 @@ func (a *app) workerParkedCommand() *cobra.Command {
 	return &cobra.Command{
 		Use:   "parked [WORKER]",
 		Short: "List parked events (of one worker, e.g. stager:default, or of all)",
-		Args:  cobra.MaximumNArgs(1),
+		Example: `  stagehand worker parked
+  stagehand worker parked stager:orders --json`,
+		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			name := ""
 			if len(args) == 1 {
@@ -136,7 +138,9 @@ func (a *app) workerReplayCommand() *cobra.Command {
 	return &cobra.Command{
 		Use:   "replay WORKER [ID...]",
 		Short: "Ask the running worker to stage parked events again (all of the worker's when no ID is given)",
-		Args:  cobra.MinimumNArgs(1),
+		Example: `  stagehand worker replay stager:orders 12 13
+  stagehand worker replay reconciler:default`,
+		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ids, err := parseParkedIDs(args[1:])
 			if err != nil {
@@ -164,9 +168,10 @@ func (a *app) workerReplayCommand() *cobra.Command {
 
 func (a *app) workerDiscardCommand() *cobra.Command {
 	return &cobra.Command{
-		Use:   "discard ID...",
-		Short: "Delete parked events without staging them",
-		Args:  cobra.MinimumNArgs(1),
+		Use:     "discard ID...",
+		Short:   "Delete parked events without staging them",
+		Example: `  stagehand worker discard 12`,
+		Args:    cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ids, err := parseParkedIDs(args)
 			if err != nil {
