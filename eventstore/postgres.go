@@ -49,13 +49,13 @@ func (c *PostgresConfig) withDefaults() (PostgresConfig, error) {
 		cfg.Schema = stagehand.DefaultSchema
 	}
 	if strings.TrimSpace(cfg.Schema) == "" {
-		return cfg, &ConfigError{Field: "Schema", Reason: "must not be blank"}
+		return cfg, &ConfigError{Package: "eventstore", Field: "Schema", Reason: "must not be blank"}
 	}
 	if reason := names.Identifier(cfg.Schema); reason != "" {
-		return cfg, &ConfigError{Field: "Schema", Reason: reason}
+		return cfg, &ConfigError{Package: "eventstore", Field: "Schema", Reason: reason}
 	}
 	if cfg.MaxGapWait < 0 {
-		return cfg, &ConfigError{Field: "MaxGapWait", Reason: "must not be negative"}
+		return cfg, &ConfigError{Package: "eventstore", Field: "MaxGapWait", Reason: "must not be negative"}
 	}
 	if cfg.MaxGapWait == 0 {
 		cfg.MaxGapWait = 2 * time.Second
@@ -111,7 +111,7 @@ type tables struct {
 // closed by the store.
 func NewPostgres(pool *pgxpool.Pool, cfg *PostgresConfig) (*PostgresStore, error) {
 	if pool == nil {
-		return nil, &ConfigError{Field: "pool", Reason: "must not be nil"}
+		return nil, &ConfigError{Package: "eventstore", Field: "pool", Reason: "must not be nil"}
 	}
 	c, err := cfg.withDefaults()
 	if err != nil {

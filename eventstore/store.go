@@ -8,6 +8,8 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+
+	"github.com/stagehand-es/stagehand"
 )
 
 // ExpectedVersion is the optimistic-concurrency condition of an append: the exact version the stream must be at,
@@ -214,7 +216,7 @@ var (
 	// ErrCorruptRecord matches a *RecordError: a stored event that cannot be read.
 	ErrCorruptRecord = errors.New("eventstore: corrupt record")
 	// ErrInvalidConfig: a store was constructed with invalid configuration.
-	ErrInvalidConfig = errors.New("eventstore: invalid configuration")
+	ErrInvalidConfig = stagehand.ErrInvalidConfig
 )
 
 // ConflictError is the error of a failed optimistic-concurrency check. It matches ErrConcurrencyConflict.
@@ -234,18 +236,9 @@ func (e *ConflictError) Error() string {
 // Is makes errors.Is(err, ErrConcurrencyConflict) true.
 func (e *ConflictError) Is(target error) bool { return target == ErrConcurrencyConflict }
 
-// ConfigError names an invalid configuration field. It matches ErrInvalidConfig.
-type ConfigError struct {
-	Field  string
-	Reason string
-}
-
-func (e *ConfigError) Error() string {
-	return fmt.Sprintf("eventstore: invalid configuration: %s %s", e.Field, e.Reason)
-}
-
-// Is makes errors.Is(err, ErrInvalidConfig) true.
-func (e *ConfigError) Is(target error) bool { return target == ErrInvalidConfig }
+// ConfigError is stagehand.ConfigError, the configuration error every stagehand package returns (Package "eventstore"
+// here). It matches ErrInvalidConfig.
+type ConfigError = stagehand.ConfigError
 
 // RecordError is the error of a stored event that cannot be read (its metadata column holds JSON that is not an
 // object, written by something other than stagehand). Record holds what could be read: position, tenant, stream,

@@ -2,12 +2,12 @@ package health
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"math"
 	"time"
 
+	"github.com/stagehand-es/stagehand"
 	"github.com/stagehand-es/stagehand/outbox"
 	"github.com/stagehand-es/stagehand/projection"
 	"github.com/stagehand-es/stagehand/staging"
@@ -76,19 +76,11 @@ type Config struct {
 }
 
 // ErrInvalidConfig is matched (errors.Is) by every configuration error.
-var ErrInvalidConfig = errors.New("health: invalid configuration")
+var ErrInvalidConfig = stagehand.ErrInvalidConfig
 
-// ConfigError is an invalid Config setting.
-type ConfigError struct {
-	// Field is the Config field at fault.
-	Field   string
-	Message string
-}
-
-func (e *ConfigError) Error() string { return "health: invalid configuration: " + e.Message }
-
-// Is makes errors.Is(err, ErrInvalidConfig) true.
-func (e *ConfigError) Is(target error) bool { return target == ErrInvalidConfig }
+// ConfigError is stagehand.ConfigError, the configuration error every stagehand package returns (Package "health"
+// here). It matches ErrInvalidConfig.
+type ConfigError = stagehand.ConfigError
 
 // withDefaults returns a validated copy of c with every default applied.
 func (c *Config) withDefaults() (Config, error) {
@@ -97,7 +89,7 @@ func (c *Config) withDefaults() (Config, error) {
 		s = *c
 	}
 	bad := func(field, format string, args ...any) (Config, error) {
-		return Config{}, &ConfigError{Field: field, Message: fmt.Sprintf(format, args...)}
+		return Config{}, &ConfigError{Package: "health", Field: field, Reason: fmt.Sprintf(format, args...)}
 	}
 	for i, w := range s.Workers {
 		if w == nil {

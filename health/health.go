@@ -458,7 +458,7 @@ func (c *Checker) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // status changes are logged even when no probe calls Check. It starts no goroutine.
 func (c *Checker) Run(ctx context.Context, interval time.Duration) error {
 	if interval <= 0 {
-		return &ConfigError{Field: "interval", Message: "the Run interval must be positive."}
+		return &ConfigError{Package: "health", Field: "interval", Reason: "the Run interval must be positive."}
 	}
 	t := time.NewTicker(interval)
 	defer t.Stop()

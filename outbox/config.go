@@ -262,7 +262,9 @@ func (c *RelayConfig) settings(defaultLogger *slog.Logger) (settings, error) {
 	if c.MaxRetryCount != nil {
 		s.maxRetryCount = *c.MaxRetryCount
 	}
-	bad := func(field, msg string) (settings, error) { return settings{}, &ConfigError{Field: field, Message: msg} }
+	bad := func(field, msg string) (settings, error) {
+		return settings{}, &ConfigError{Package: "outbox", Field: field, Reason: msg}
+	}
 	switch {
 	case s.batchSize == 0:
 		s.batchSize = 100

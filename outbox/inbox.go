@@ -35,7 +35,8 @@ type InboxConfig struct {
 	// subscription. Errors marked Permanent (undecodable payloads, unknown message types) are dead-lettered at
 	// once. Default 5. Rule: at least 1.
 	MaxAttempts int
-	// TxOptions are the options of the handler's transaction. Default: READ COMMITTED, read-write.
+	// TxOptions are the options of the handler's transaction. Default: READ COMMITTED, read-write. Rule: IsoLevel,
+	// AccessMode and DeferrableMode are pgx's named values (or empty); AccessMode is not read-only (the inbox writes).
 	TxOptions pgx.TxOptions
 	// Logger overrides the Outbox's logger.
 	Logger *slog.Logger
@@ -69,7 +70,10 @@ func (o *Outbox) NewInbox(cfg *InboxConfig) (*Inbox, error) {
 	case c.MaxAttempts == 0:
 		c.MaxAttempts = 5
 	case c.MaxAttempts < 1:
-		return nil, &ConfigError{Field: "MaxAttempts", Message: "MaxAttempts must be at least 1."}
+		return nil, &ConfigError{Package: "outbox", Field: "MaxAttempts", Reason: "MaxAttempts must be at least 1."}
+	}
+	if err := checkTxOptions(c.TxOptions); err != nil {
+		return nil, err
 	}
 	if c.Logger == nil {
 		c.Logger = o.logger

@@ -64,7 +64,7 @@ func (o *Outbox) NewRelay(cfg *RelayConfig) (*Relay, error) {
 		r.leases, err = lease.New(o.pool, &lease.Config{Schema: o.schema, Owner: r.owner, TTL: s.leaderTTL,
 			AcquireInterval: min(time.Second, s.leaderTTL/3), Logger: s.logger})
 		if err != nil {
-			return nil, &ConfigError{Field: "LeaderTTL", Message: err.Error()}
+			return nil, &ConfigError{Package: "outbox", Field: "LeaderTTL", Reason: err.Error()}
 		}
 	}
 	if s.singleWriter {

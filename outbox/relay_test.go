@@ -411,7 +411,7 @@ func TestInvalidSettingsNameTheField(t *testing.T) {
 		require.ErrorAs(t, err, &ce, "%+v", c.cfg)
 		require.ErrorIs(t, err, outbox.ErrInvalidConfig)
 		require.Equal(t, c.field, ce.Field)
-		require.Equal(t, c.message, ce.Message)
+		require.Equal(t, c.message, ce.Reason)
 		require.ErrorAs(t, c.cfg.Validate(), &ce)
 	}
 	for _, p := range []*outbox.RelayConfig{nil, outbox.HighThroughput(), outbox.Balanced(), outbox.HighReliability()} {

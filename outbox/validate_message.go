@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/jackc/pgx/v5"
 
 	"github.com/stagehand-es/stagehand"
 	"github.com/stagehand-es/stagehand/internal/names"
@@ -69,6 +70,34 @@ func checkInbound(handler, tenant string, msg *message.Message) error {
 	}
 	if reason := names.Stored(handler); reason != "" {
 		return Permanent(invalidMessage("inbox handler name %q %s", names.Cut(handler, 64), reason))
+	}
+	return nil
+}
+
+// checkTxOptions checks the inbox transaction's options: pgx writes IsoLevel, AccessMode and DeferrableMode into
+// BEGIN as they are, so only its named values are accepted (an arbitrary string would reach the server as SQL).
+func checkTxOptions(o pgx.TxOptions) error {
+	switch o.IsoLevel {
+	case "", pgx.Serializable, pgx.RepeatableRead, pgx.ReadCommitted, pgx.ReadUncommitted:
+	default:
+		return &ConfigError{Package: "outbox", Field: "TxOptions.IsoLevel", Reason: fmt.Sprintf(
+			"TxOptions.IsoLevel %q is not an isolation level (use pgx.ReadCommitted, pgx.RepeatableRead or "+
+				"pgx.Serializable).", names.Cut(string(o.IsoLevel), 64))}
+	}
+	switch o.AccessMode {
+	case "", pgx.ReadWrite:
+	case pgx.ReadOnly:
+		return &ConfigError{Package: "outbox", Field: "TxOptions.AccessMode",
+			Reason: "TxOptions.AccessMode cannot be read-only: the inbox records each message in the transaction."}
+	default:
+		return &ConfigError{Package: "outbox", Field: "TxOptions.AccessMode", Reason: fmt.Sprintf(
+			"TxOptions.AccessMode %q is not an access mode.", names.Cut(string(o.AccessMode), 64))}
+	}
+	switch o.DeferrableMode {
+	case "", pgx.Deferrable, pgx.NotDeferrable:
+	default:
+		return &ConfigError{Package: "outbox", Field: "TxOptions.DeferrableMode", Reason: fmt.Sprintf(
+			"TxOptions.DeferrableMode %q is not a deferrable mode.", names.Cut(string(o.DeferrableMode), 64))}
 	}
 	return nil
 }

@@ -206,10 +206,10 @@ var _ message.Subscriber = (*Subscriber)(nil)
 // NewSubscriber returns a Subscriber on store whose checkpoint and lease live on pool.
 func NewSubscriber(pool *pgxpool.Pool, store eventstore.Store, cfg *SubscriberConfig) (*Subscriber, error) {
 	if cfg == nil || strings.TrimSpace(cfg.ConsumerGroup) == "" {
-		return nil, &ConfigError{Field: "ConsumerGroup", Reason: "is required"}
+		return nil, &ConfigError{Package: "projection", Field: "ConsumerGroup", Reason: "is required"}
 	}
 	if reason := names.Identifier(cfg.ConsumerGroup) + names.Text(cfg.ConsumerGroup); reason != "" {
-		return nil, &ConfigError{Field: "ConsumerGroup", Reason: reason}
+		return nil, &ConfigError{Package: "projection", Field: "ConsumerGroup", Reason: reason}
 	}
 	c := *cfg
 	if c.Schema == "" {
@@ -222,7 +222,7 @@ func NewSubscriber(pool *pgxpool.Pool, store eventstore.Store, cfg *SubscriberCo
 	case c.NackResendDelay == 0:
 		c.NackResendDelay = 100 * time.Millisecond
 	case c.NackResendDelay < 0:
-		return nil, &ConfigError{Field: "NackResendDelay", Reason: "must not be negative"}
+		return nil, &ConfigError{Package: "projection", Field: "NackResendDelay", Reason: "must not be negative"}
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
@@ -232,7 +232,7 @@ func NewSubscriber(pool *pgxpool.Pool, store eventstore.Store, cfg *SubscriberCo
 		c.followerConfig(Filter{})); err != nil {
 		var fe *logfollow.ConfigError
 		if errors.As(err, &fe) {
-			return nil, &ConfigError{Field: fe.Field, Reason: fe.Reason}
+			return nil, &ConfigError{Package: "projection", Field: fe.Field, Reason: fe.Reason}
 		}
 		return nil, err
 	}

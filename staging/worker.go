@@ -95,18 +95,19 @@ func newWorker(kind string, store eventstore.Store, o *outbox.Outbox, m *Mapping
 	}
 	switch {
 	case store == nil:
-		return nil, fmt.Errorf("%w: %s: the event store is nil", ErrInvalidConfig, kind)
+		return nil, &ConfigError{Package: "staging", Field: "store", Reason: "(the event store of the " + kind +
+			") must not be nil"}
 	case o == nil:
-		return nil, fmt.Errorf("%w: %s: the outbox is nil", ErrInvalidConfig, kind)
+		return nil, &ConfigError{Package: "staging", Field: "outbox", Reason: "(of the " + kind + ") must not be nil"}
 	case m == nil:
-		return nil, fmt.Errorf("%w: %s: the mapping is nil", ErrInvalidConfig, kind)
+		return nil, &ConfigError{Package: "staging", Field: "mapping", Reason: "(of the " + kind + ") must not be nil"}
 	}
 	if err := m.Err(); err != nil {
 		return nil, err
 	}
 	if c.Name != "" {
 		if reason := names.Identifier(c.Name) + names.Text(c.Name); reason != "" {
-			return nil, fmt.Errorf("%w: %s: Name %s", ErrInvalidConfig, kind, reason)
+			return nil, &ConfigError{Package: "staging", Field: "Name", Reason: reason}
 		}
 	}
 	if c.Schema == "" {
@@ -121,8 +122,8 @@ func newWorker(kind string, store eventstore.Store, o *outbox.Outbox, m *Mapping
 			c.Name))
 	}
 	if c.OnFailure != Stop && c.OnFailure != Park {
-		return nil, fmt.Errorf("%w: %s: OnFailure must be Stop or Park, not %d", ErrInvalidConfig, kind,
-			int(c.OnFailure))
+		return nil, &ConfigError{Package: "staging", Field: "OnFailure",
+			Reason: fmt.Sprintf("must be Stop or Park, not %d", int(c.OnFailure))}
 	}
 	w := &Worker{kind: kind, name: workerName(kind, c.Name), schema: c.Schema, store: store,
 		poll: c.PollInterval, outbox: o, mapping: m, logger: c.Logger,
@@ -146,10 +147,11 @@ func newWorker(kind string, store eventstore.Store, o *outbox.Outbox, m *Mapping
 		OnExhausted: w.onExhausted(c.OnFailure),
 	})
 	if err != nil {
-		if ce := (*logfollow.ConfigError)(nil); errors.As(err, &ce) {
-			return nil, fmt.Errorf("%w: %s: %s %s", ErrInvalidConfig, workerName(kind, c.Name), ce.Field, ce.Reason)
+		var ce *ConfigError
+		if errors.As(err, &ce) {
+			return nil, &ConfigError{Package: "staging", Field: ce.Field, Reason: ce.Reason}
 		}
-		return nil, fmt.Errorf("%w: %s %q: %w", ErrInvalidConfig, kind, c.Name, err)
+		return nil, fmt.Errorf("staging: %s %q: %w", kind, c.Name, err)
 	}
 	w.follower = f
 	return w, nil

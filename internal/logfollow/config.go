@@ -100,7 +100,7 @@ const LeasePrefix = "logfollow:"
 // follower's own errors are prefixed with its Kind and Name ("projection orders: ...").
 var (
 	// ErrInvalidConfig: a Follower was configured with an invalid value.
-	ErrInvalidConfig = errors.New("invalid configuration")
+	ErrInvalidConfig = stagehand.ErrInvalidConfig
 	// ErrPermanent marks a handler error that retrying cannot fix (see Permanent).
 	ErrPermanent = errors.New("permanent failure")
 	// ErrHandler matches the *HandlerError Run returns when a record exhausted its attempts.
@@ -109,18 +109,9 @@ var (
 	ErrAlreadyRunning = errors.New("already running")
 )
 
-// ConfigError names an invalid configuration field. It matches ErrInvalidConfig.
-type ConfigError struct {
-	Field  string
-	Reason string
-}
-
-func (e *ConfigError) Error() string {
-	return "invalid configuration: " + e.Field + " " + e.Reason
-}
-
-// Is matches ErrInvalidConfig.
-func (e *ConfigError) Is(target error) bool { return target == ErrInvalidConfig }
+// ConfigError is stagehand.ConfigError, the configuration error every stagehand package returns (Package ""
+// here). It matches ErrInvalidConfig.
+type ConfigError = stagehand.ConfigError
 
 // HandlerError is returned by Run when a record failed MaxAttempts times and no OnExhausted is set. It matches
 // ErrHandler and unwraps to the handler's last error.
