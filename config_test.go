@@ -53,7 +53,7 @@ func TestOneConfigErrorTypeEverywhere(t *testing.T) {
 	check(err, "outbox", "BatchSize", outbox.ErrInvalidConfig)
 	_, err = ob.NewInbox(&outbox.InboxConfig{TxOptions: pgx.TxOptions{IsoLevel: "read committed; DROP TABLE x"}})
 	check(err, "outbox", "TxOptions.IsoLevel", outbox.ErrInvalidConfig)
-	_, err = ob.NewInbox(&outbox.InboxConfig{TxOptions: pgx.TxOptions{AccessMode: pgx.ReadOnly}})
+	_, err = ob.NewInbox(&outbox.InboxConfig{TxOptions: pgx.TxOptions{AccessMode: "read write; DROP TABLE x"}})
 	check(err, "outbox", "TxOptions.AccessMode", outbox.ErrInvalidConfig)
 	_, err = ob.NewInbox(&outbox.InboxConfig{TxOptions: pgx.TxOptions{IsoLevel: pgx.Serializable}})
 	require.NoError(t, err)

@@ -36,7 +36,7 @@ type InboxConfig struct {
 	// once. Default 5. Rule: at least 1.
 	MaxAttempts int
 	// TxOptions are the options of the handler's transaction. Default: READ COMMITTED, read-write. Rule: IsoLevel,
-	// AccessMode and DeferrableMode are pgx's named values (or empty); AccessMode is not read-only (the inbox writes).
+	// AccessMode and DeferrableMode are pgx's named values (or empty).
 	TxOptions pgx.TxOptions
 	// Logger overrides the Outbox's logger.
 	Logger *slog.Logger

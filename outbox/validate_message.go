@@ -85,10 +85,7 @@ func checkTxOptions(o pgx.TxOptions) error {
 				"pgx.Serializable).", names.Cut(string(o.IsoLevel), 64))}
 	}
 	switch o.AccessMode {
-	case "", pgx.ReadWrite:
-	case pgx.ReadOnly:
-		return &ConfigError{Package: "outbox", Field: "TxOptions.AccessMode",
-			Reason: "TxOptions.AccessMode cannot be read-only: the inbox records each message in the transaction."}
+	case "", pgx.ReadWrite, pgx.ReadOnly:
 	default:
 		return &ConfigError{Package: "outbox", Field: "TxOptions.AccessMode", Reason: fmt.Sprintf(
 			"TxOptions.AccessMode %q is not an access mode.", names.Cut(string(o.AccessMode), 64))}
