@@ -69,3 +69,27 @@ func TestUnreadableEventIsParkedAndOthersFlow(t *testing.T) {
 	require.Contains(t, parked[0].LastError, "cannot be read")
 	require.Equal(t, 1, status(t, p).Parked)
 }
+
+// In partitioned mode only the partition that owns the unreadable event's stream parks it; the others pass it.
+func TestUnreadableEventIsParkedOnceByItsPartition(t *testing.T) {
+	t.Parallel()
+	w := setup(t)
+	for _, id := range []string{"a", "b", "c", "d"} {
+		w.open(t, w.store, id)
+	}
+	w.corrupt(t, "c", 1)
+	p := w.newProjection(t, w.model("rm").mux(), projection.Config{OnFailure: projection.Park, Partitions: 2,
+		PollInterval: 20 * time.Millisecond})
+	start(t, p)
+	pgtest.Eventually(t, 10*time.Second, func() bool {
+		st, err := p.Status(context.Background())
+		require.NoError(t, err)
+		return len(st) == 2 && caughtUp(t, w, p)() && len(appliedPositions(t, w)) == 3
+	}, "every partition passes the event")
+	parked, err := p.Parked(context.Background())
+	require.NoError(t, err)
+	require.Len(t, parked, 1)
+	require.Equal(t, "c", parked[0].StreamID)
+	require.Equal(t, 1, parked[0].Attempts, "parked by one partition, once")
+	require.Len(t, appliedPositions(t, w), 3)
+}

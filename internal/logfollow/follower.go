@@ -190,6 +190,23 @@ func (f *Follower) loop(ctx context.Context, l lease.Lease, p *progress, notifie
 		}
 		if err != nil {
 			var rerr *eventstore.RecordError
+			if errors.As(err, &rerr) && rerr.Record.Position > p.pos && f.cfg.Select != nil &&
+				!f.cfg.Select(rerr.Record) {
+				// Not this follower's event (another partition's): pass it without reading it.
+				switch err := f.commit(ctx, l, p, &txBatch{last: rerr.Record.Position}, &pf); {
+				case err == nil:
+					p.pos = rerr.Record.Position
+				case errors.Is(err, lease.ErrFenced):
+					return err
+				case errors.Is(err, errMoved):
+					p.reload = true
+				default:
+					if !f.pause(ctx, p, err, "commit") {
+						return nil
+					}
+				}
+				continue
+			}
 			if errors.As(err, &rerr) && rerr.Record.Position > p.pos {
 				// The next event cannot be read at all: it fails like a handler that can never succeed on it,
 				// so the follower's failure mode applies (stop naming it, or give up on it and go on).
