@@ -13,6 +13,9 @@ import (
 	"github.com/stagehand-es/stagehand/internal/logfollow"
 )
 
+// DB is what the status and parked-event functions need; *pgxpool.Pool, *pgx.Conn and pgx.Tx satisfy it.
+type DB = logfollow.DB
+
 // FailureMode is what a worker does with an event whose mapping or staging keeps failing (or that cannot be read).
 type FailureMode int
 
@@ -75,7 +78,7 @@ type WorkerStatus struct {
 
 // ListWorkerStatus returns the status of every Deferred stager and reconciler in schema, read-only (it builds no
 // worker), for monitoring processes, health checks and the CLI. store measures lag; nil leaves it zero.
-func ListWorkerStatus(ctx context.Context, db logfollow.DB, store eventstore.Store, schema string) (
+func ListWorkerStatus(ctx context.Context, db DB, store eventstore.Store, schema string) (
 	[]WorkerStatus, error) {
 	var out []WorkerStatus
 	parked := map[string]int{}
@@ -140,7 +143,7 @@ func parkedTable(schema string) string { return pgx.Identifier{schema, "staging_
 
 // ListParkedWork returns the parked events of worker ("stager:NAME" or "reconciler:NAME"; "" for every worker) in
 // schema, oldest position first.
-func ListParkedWork(ctx context.Context, db logfollow.DB, schema, worker string) ([]ParkedWork, error) {
+func ListParkedWork(ctx context.Context, db DB, schema, worker string) ([]ParkedWork, error) {
 	rows, err := db.Query(ctx, `SELECT id, worker, position, tenant_id, stream_id, stream_type, version, event_id,
 			event_type, attempts, last_error, parked_at, replay_requested
 		FROM `+parkedTable(schema)+` WHERE $1 = '' OR worker = $1 ORDER BY worker, position`, worker)
@@ -162,7 +165,7 @@ func ListParkedWork(ctx context.Context, db logfollow.DB, schema, worker string)
 
 // DiscardParkedWork deletes a parked event without staging it (an operator's decision). It returns
 // ErrParkedNotFound when no such parked event exists.
-func DiscardParkedWork(ctx context.Context, db logfollow.DB, schema string, id int64) error {
+func DiscardParkedWork(ctx context.Context, db DB, schema string, id int64) error {
 	tag, err := db.Exec(ctx, `DELETE FROM `+parkedTable(schema)+` WHERE id = $1`, id)
 	if err != nil {
 		return fmt.Errorf("staging: discard parked event %d: %w", id, err)
@@ -177,7 +180,7 @@ func DiscardParkedWork(ctx context.Context, db logfollow.DB, schema string, id i
 // for code that has no Worker (a CLI). The running worker replays requested events every PollInterval: each is
 // staged once and leaves the list, or stays with its new error and the request cleared. It returns how many
 // events were marked.
-func RequestReplayWork(ctx context.Context, db logfollow.DB, schema, worker string, ids ...int64) (int64, error) {
+func RequestReplayWork(ctx context.Context, db DB, schema, worker string, ids ...int64) (int64, error) {
 	tag, err := db.Exec(ctx, `UPDATE `+parkedTable(schema)+` SET replay_requested = true
 		WHERE worker = $1 AND (coalesce(cardinality($2::bigint[]), 0) = 0 OR id = ANY($2))`, worker, ids)
 	if err != nil {
