@@ -16,6 +16,8 @@ var ErrInvalidConfig = errors.New("stagehand: invalid configuration")
 type ConfigError struct {
 	// Package is the package that refused the configuration ("eventstore", "outbox", ...); empty means stagehand.
 	Package string
+	// Component names the configured instance when a package builds several (a staging worker, say); optional.
+	Component string
 	// Field is the setting at fault, as named in its Config struct.
 	Field string
 	// Reason is the rule the value breaks.
@@ -27,10 +29,14 @@ func (e *ConfigError) Error() string {
 	if pkg == "" {
 		pkg = "stagehand"
 	}
-	if e.Field == "" || strings.HasPrefix(e.Reason, e.Field) {
-		return pkg + ": invalid configuration: " + e.Reason
+	msg := pkg + ": invalid configuration: "
+	if e.Component != "" {
+		msg += e.Component + ": "
 	}
-	return pkg + ": invalid configuration: " + e.Field + " " + e.Reason
+	if e.Field == "" || strings.HasPrefix(e.Reason, e.Field) {
+		return msg + e.Reason
+	}
+	return msg + e.Field + " " + e.Reason
 }
 
 // Is makes errors.Is(err, ErrInvalidConfig) true.

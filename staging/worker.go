@@ -95,19 +95,21 @@ func newWorker(kind string, store eventstore.Store, o *outbox.Outbox, m *Mapping
 	}
 	switch {
 	case store == nil:
-		return nil, &ConfigError{Package: "staging", Field: "store", Reason: "(the event store of the " + kind +
-			") must not be nil"}
+		return nil, &ConfigError{Package: "staging", Component: workerName(kind, c.Name), Field: "store",
+			Reason: "(the event store) must not be nil"}
 	case o == nil:
-		return nil, &ConfigError{Package: "staging", Field: "outbox", Reason: "(of the " + kind + ") must not be nil"}
+		return nil, &ConfigError{Package: "staging", Component: workerName(kind, c.Name), Field: "outbox",
+			Reason: "must not be nil"}
 	case m == nil:
-		return nil, &ConfigError{Package: "staging", Field: "mapping", Reason: "(of the " + kind + ") must not be nil"}
+		return nil, &ConfigError{Package: "staging", Component: workerName(kind, c.Name), Field: "mapping",
+			Reason: "must not be nil"}
 	}
 	if err := m.Err(); err != nil {
 		return nil, err
 	}
 	if c.Name != "" {
 		if reason := names.Identifier(c.Name) + names.Text(c.Name); reason != "" {
-			return nil, &ConfigError{Package: "staging", Field: "Name", Reason: reason}
+			return nil, &ConfigError{Package: "staging", Component: workerName(kind, c.Name), Field: "Name", Reason: reason}
 		}
 	}
 	if c.Schema == "" {
@@ -122,7 +124,7 @@ func newWorker(kind string, store eventstore.Store, o *outbox.Outbox, m *Mapping
 			c.Name))
 	}
 	if c.OnFailure != Stop && c.OnFailure != Park {
-		return nil, &ConfigError{Package: "staging", Field: "OnFailure",
+		return nil, &ConfigError{Package: "staging", Component: workerName(kind, c.Name), Field: "OnFailure",
 			Reason: fmt.Sprintf("must be Stop or Park, not %d", int(c.OnFailure))}
 	}
 	w := &Worker{kind: kind, name: workerName(kind, c.Name), schema: c.Schema, store: store,
@@ -149,7 +151,8 @@ func newWorker(kind string, store eventstore.Store, o *outbox.Outbox, m *Mapping
 	if err != nil {
 		var ce *ConfigError
 		if errors.As(err, &ce) {
-			return nil, &ConfigError{Package: "staging", Field: ce.Field, Reason: ce.Reason}
+			return nil, &ConfigError{Package: "staging", Component: workerName(kind, c.Name), Field: ce.Field,
+				Reason: ce.Reason}
 		}
 		return nil, fmt.Errorf("staging: %s %q: %w", kind, c.Name, err)
 	}
