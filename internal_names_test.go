@@ -62,7 +62,7 @@ func TestNoErrorMessageNamesAnInternalPackage(t *testing.T) {
 // Migrate's errors speak of stagehand's migrations, not of the package that runs them.
 func TestMigrateErrorsNameNoInternalPackage(t *testing.T) {
 	t.Parallel()
-	_, err := stagehand.Migrate(context.Background(), pgtest.Pool(t), &stagehand.MigrateConfig{Schema: ""})
+	_, err := stagehand.Migrate(context.Background(), pgtest.Pool(t), &stagehand.MigrateConfig{Schema: " "})
 	require.Error(t, err)
 	require.True(t, strings.HasPrefix(err.Error(), "stagehand: "), err.Error())
 	require.NotContains(t, err.Error(), "migrate:")

@@ -37,7 +37,10 @@ type MigrationStatus = migrate.Status
 func Migrate(ctx context.Context, db Beginner, cfg *MigrateConfig) ([]int, error) {
 	schema, logger := DefaultSchema, (*slog.Logger)(nil)
 	if cfg != nil {
-		schema, logger = cfg.Schema, cfg.Logger
+		logger = cfg.Logger
+		if cfg.Schema != "" {
+			schema = cfg.Schema
+		}
 	}
 	done, err := migrate.Up(ctx, db, schema, logger)
 	if err != nil {

@@ -53,6 +53,7 @@ func TestMigrateAppliesEverythingOnce(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, files, len(applied), "every embedded file is applied")
 
-	_, err = stagehand.Migrate(ctx, pool, &stagehand.MigrateConfig{Schema: ""})
+	// A zero Schema means DefaultSchema (not migrated here: the test server is shared); a blank one is refused.
+	_, err = stagehand.Migrate(ctx, pool, &stagehand.MigrateConfig{Schema: " "})
 	require.ErrorContains(t, err, "Schema")
 }

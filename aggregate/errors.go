@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/stagehand-es/stagehand"
 	"github.com/stagehand-es/stagehand/eventstore"
 )
 
@@ -20,7 +21,7 @@ var (
 	// ErrRegistration: a registration was invalid (empty or duplicate name, bad version).
 	ErrRegistration = errors.New("aggregate: invalid registration")
 	// ErrInvalidConfig: a repository was constructed with invalid configuration.
-	ErrInvalidConfig = errors.New("aggregate: invalid configuration")
+	ErrInvalidConfig = stagehand.ErrInvalidConfig
 	// ErrNotTransactional: SaveTx was called on a repository whose store cannot append on a caller's transaction.
 	ErrNotTransactional = errors.New("aggregate: the event store does not support transactional appends")
 	// ErrTenantMismatch: an aggregate loaded under one tenant was saved under another.
@@ -62,15 +63,6 @@ func (e *DecodeError) Is(target error) bool { return target == ErrDecode }
 // Unwrap returns the underlying error.
 func (e *DecodeError) Unwrap() error { return e.Err }
 
-// ConfigError names an invalid configuration field. It matches ErrInvalidConfig.
-type ConfigError struct {
-	Field  string
-	Reason string
-}
-
-func (e *ConfigError) Error() string {
-	return fmt.Sprintf("aggregate: invalid configuration: %s %s", e.Field, e.Reason)
-}
-
-// Is matches ErrInvalidConfig.
-func (e *ConfigError) Is(target error) bool { return target == ErrInvalidConfig }
+// ConfigError is stagehand.ConfigError, the configuration error every stagehand package returns (Package "aggregate"
+// here). It matches ErrInvalidConfig.
+type ConfigError = stagehand.ConfigError

@@ -89,18 +89,18 @@ func NewRepository[A Aggregate](store eventstore.Store, reg *Registry, cfg *Repo
 	}
 	switch {
 	case store == nil:
-		return nil, &ConfigError{Field: "store", Reason: "must not be nil"}
+		return nil, &ConfigError{Package: "aggregate", Field: "store", Reason: "must not be nil"}
 	case reg == nil:
-		return nil, &ConfigError{Field: "registry", Reason: "must not be nil"}
+		return nil, &ConfigError{Package: "aggregate", Field: "registry", Reason: "must not be nil"}
 	case c.SnapshotEvery < 0:
-		return nil, &ConfigError{Field: "SnapshotEvery", Reason: fmt.Sprintf("must not be negative, got %d",
-			c.SnapshotEvery)}
+		return nil, &ConfigError{Package: "aggregate", Field: "SnapshotEvery", Reason: fmt.Sprintf(
+			"must not be negative, got %d", c.SnapshotEvery)}
 	case c.SnapshotSchemaVersion < 0:
-		return nil, &ConfigError{Field: "SnapshotSchemaVersion", Reason: fmt.Sprintf(
+		return nil, &ConfigError{Package: "aggregate", Field: "SnapshotSchemaVersion", Reason: fmt.Sprintf(
 			"must not be negative, got %d", c.SnapshotSchemaVersion)}
 	case c.UpdateRetries < -1:
-		return nil, &ConfigError{Field: "UpdateRetries", Reason: fmt.Sprintf("must be -1 (no retries) or more, "+
-			"got %d", c.UpdateRetries)}
+		return nil, &ConfigError{Package: "aggregate", Field: "UpdateRetries", Reason: fmt.Sprintf(
+			"must be -1 (no retries) or more, got %d", c.UpdateRetries)}
 	}
 	switch c.UpdateRetries {
 	case 0:

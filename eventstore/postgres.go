@@ -16,6 +16,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/stagehand-es/stagehand"
+	"github.com/stagehand-es/stagehand/internal/jsonmeta"
+	"github.com/stagehand-es/stagehand/internal/names"
 	"github.com/stagehand-es/stagehand/internal/pgnotify"
 )
 
@@ -28,7 +30,9 @@ type PostgresConfig struct {
 	// transaction) so log followers react within milliseconds. Default false: notifications on.
 	DisableNotify bool
 	// MaxGapWait bounds how long one ReadLog call waits for in-flight appends that may fill a gap in the global log.
-	// When it passes, ReadLog returns the events before the gap and the caller retries later. Default 2s.
+	// When it passes, ReadLog returns the events before the gap and the caller retries later. Default 2s. It bounds
+	// one call, not how long a reader stays before the gap: that lasts until the transactions that may still commit
+	// the missing position have ended (see PostgresStore).
 	MaxGapWait time.Duration
 	// Clock stamps OccurredAt when an event carries none. Default time.Now.
 	Clock func() time.Time
@@ -40,14 +44,18 @@ func (c *PostgresConfig) withDefaults() (PostgresConfig, error) {
 	var cfg PostgresConfig
 	if c != nil {
 		cfg = *c
-	} else {
+	}
+	if cfg.Schema == "" {
 		cfg.Schema = stagehand.DefaultSchema
 	}
 	if strings.TrimSpace(cfg.Schema) == "" {
-		return cfg, &ConfigError{Field: "Schema", Reason: "must not be empty"}
+		return cfg, &ConfigError{Package: "eventstore", Field: "Schema", Reason: "must not be blank"}
+	}
+	if reason := names.Identifier(cfg.Schema); reason != "" {
+		return cfg, &ConfigError{Package: "eventstore", Field: "Schema", Reason: reason}
 	}
 	if cfg.MaxGapWait < 0 {
-		return cfg, &ConfigError{Field: "MaxGapWait", Reason: "must not be negative"}
+		return cfg, &ConfigError{Package: "eventstore", Field: "MaxGapWait", Reason: "must not be negative"}
 	}
 	if cfg.MaxGapWait == 0 {
 		cfg.MaxGapWait = 2 * time.Second
@@ -68,6 +76,21 @@ func (c *PostgresConfig) withDefaults() (PostgresConfig, error) {
 // events table when the gap was seen (any transaction that drew the missing position is among them), then
 // re-reads; a position still missing then belongs to an aborted transaction and is skipped. Readers stall only on
 // event writers, never on unrelated long transactions, and never forever under continuous writes.
+//
+// Exactly what holds a reader back at a gap, and for how long: a transaction holding (or waiting for) a
+// RowExclusiveLock on the events table that is running a statement, or that has written anything (it has a
+// transaction ID: an append, or any other INSERT, UPDATE or DELETE on the table) and is still open. The reader waits
+// for those that held the lock when it met the gap, MaxGapWait per ReadLog call, and passes the gap once they have
+// ended; so an append transaction a caller leaves open (AppendTx without a commit) holds every reader at its
+// position until it ends, by design: it may still commit. Not counted, because they can never commit a position: a
+// transaction that only took the lock and wrote nothing (an INSERT that failed under a savepoint, LOCK TABLE), idle
+// in its transaction, and a failed transaction waiting for its ROLLBACK. Sessions whose state the store's role may
+// not read (pg_stat_activity) are counted, to be safe. The table is named, not cached by OID, in every check, so a
+// schema dropped and migrated again under a running store is followed.
+//
+// ReadLog refuses (ErrInRecovery) to read on a server in recovery: a hot standby's pg_locks does not show the
+// primary's transactions, so a gap there cannot be judged. Point log readers (projections, the Deferred stager,
+// the reconciler) at the primary; Load and ReadStream work on a standby.
 type PostgresStore struct {
 	pool     *pgxpool.Pool
 	cfg      PostgresConfig
@@ -75,7 +98,9 @@ type PostgresStore struct {
 	notifier *pgnotify.Notifier
 	channel  string
 
-	oid atomic.Uint32 // OID of the events table, looked up on first use
+	// recoveryProbe, when set (tests), replaces pg_is_in_recovery() in the log reader's checks.
+	recoveryProbe func(context.Context) (bool, error)
+	primary       atomic.Bool // the first ReadLog found a server not in recovery
 }
 
 type tables struct {
@@ -86,7 +111,7 @@ type tables struct {
 // closed by the store.
 func NewPostgres(pool *pgxpool.Pool, cfg *PostgresConfig) (*PostgresStore, error) {
 	if pool == nil {
-		return nil, &ConfigError{Field: "pool", Reason: "must not be nil"}
+		return nil, &ConfigError{Package: "eventstore", Field: "pool", Reason: "must not be nil"}
 	}
 	c, err := cfg.withDefaults()
 	if err != nil {
@@ -448,6 +473,9 @@ func (s *PostgresStore) translate(err error, req AppendRequest) error {
 			return ErrConcurrencyConflict
 		}
 	}
+	if terr := translateData(err, req); terr != nil {
+		return terr
+	}
 	return fmt.Errorf("eventstore: append to stream %q: %w", req.StreamID, err)
 }
 
@@ -462,13 +490,16 @@ func encodeMetadata(m Metadata) (string, error) {
 	return string(b), nil
 }
 
-// finishRecord normalises times to UTC and decodes the metadata column.
+// finishRecord normalises times to UTC and decodes the metadata column tolerantly: values that are not strings are
+// read as their JSON text. Metadata that is not a JSON object returns a *RecordError.
 func finishRecord(r *Record, meta []byte) error {
 	r.OccurredAt, r.RecordedAt = r.OccurredAt.UTC(), r.RecordedAt.UTC()
 	if len(meta) > 2 { // "{}" carries nothing
-		if err := json.Unmarshal(meta, &r.Metadata); err != nil {
-			return fmt.Errorf("decode metadata of event at position %d: %w", r.Position, err)
+		m, err := jsonmeta.Decode(meta)
+		if err != nil {
+			return &RecordError{Record: *r, Err: err}
 		}
+		r.Metadata = m
 	}
 	return nil
 }

@@ -2,6 +2,7 @@ package eventstore
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -10,6 +11,12 @@ import (
 
 // ReadLog implements Store with lock-aware gap detection (see PostgresStore).
 func (s *PostgresStore) ReadLog(ctx context.Context, q LogQuery) (LogPage, error) {
+	if err := checkQuery(q); err != nil {
+		return LogPage{}, err
+	}
+	if err := s.checkPrimary(ctx); err != nil {
+		return LogPage{}, err
+	}
 	limit := q.limit()
 	deadline := time.Now().Add(s.cfg.MaxGapWait)
 	// Positions up to settled are final: anything missing at or below it can never commit.
@@ -21,6 +28,11 @@ func (s *PostgresStore) ReadLog(ctx context.Context, q LogQuery) (LogPage, error
 		}
 		out, gap := cutAtGap(page, q.After, settled)
 		if gap == 0 {
+			if page.corrupt != nil && out.Last == q.After {
+				// The next event to read cannot be read: report it alone, so the reader applies its failure mode
+				// to that event (and can move past it) instead of failing on every page that contains it.
+				return LogPage{Last: q.After}, page.corrupt
+			}
 			return out, nil
 		}
 		// A position is missing below the highest one read. Whoever drew it did so before that highest row was
@@ -49,6 +61,8 @@ func (s *PostgresStore) ReadLog(ctx context.Context, q LogQuery) (LogPage, error
 type rawPage struct {
 	recs  []Record
 	match []bool // nil when the query has no filter: every row matches
+	// corrupt is set when the page's last record could not be read; the page ends there.
+	corrupt *RecordError
 }
 
 func (p *rawPage) highest() int64 { return p.recs[len(p.recs)-1].Position }
@@ -91,11 +105,14 @@ func (s *PostgresStore) readPage(ctx context.Context, q LogQuery, limit int) (ra
 			&r.Type, &r.TypeVersion, &r.Payload, &meta, &r.OccurredAt, &r.RecordedAt); err != nil {
 			return rawPage{}, fmt.Errorf("eventstore: read log after %d: %w", q.After, err)
 		}
-		if err := finishRecord(r, meta); err != nil {
-			return rawPage{}, fmt.Errorf("eventstore: read log: %w", err)
-		}
 		if filtered {
 			page.match = append(page.match, m)
+		}
+		if err := finishRecord(r, meta); err != nil {
+			if !errors.As(err, &page.corrupt) {
+				return rawPage{}, fmt.Errorf("eventstore: read log: %w", err)
+			}
+			break // the page ends at the record that cannot be read
 		}
 	}
 	if err := rows.Err(); err != nil {
@@ -105,7 +122,8 @@ func (s *PostgresStore) readPage(ctx context.Context, q LogQuery, limit int) (ra
 }
 
 // cutAtGap returns the page up to (excluding) the first unexplained gap, and the first missing position (0 when
-// there is none). Missing positions at or below settled are known to be final and are skipped.
+// there is none). Missing positions at or below settled are known to be final and are skipped. A record that could
+// not be read (the page's last, page.corrupt) ends the page before it.
 func cutAtGap(page rawPage, after, settled int64) (LogPage, int64) {
 	out := LogPage{Last: after}
 	prev := after
@@ -123,6 +141,14 @@ func cutAtGap(page rawPage, after, settled int64) (LogPage, int64) {
 			}
 			return out, max(prev+1, settled+1)
 		}
+		if page.corrupt != nil && i == len(page.recs)-1 {
+			if page.match == nil {
+				out.Records = keep[:i]
+			} else {
+				out.Records = keep
+			}
+			return out, 0
+		}
 		if page.match != nil && page.match[i] {
 			keep = append(keep, page.recs[i])
 		}
@@ -133,35 +159,72 @@ func cutAtGap(page rawPage, after, settled int64) (LogPage, int64) {
 	return out, 0
 }
 
-// lockHolders returns the virtual transaction IDs holding (or waiting for) a RowExclusiveLock on the events table.
+// holderFilter is the pg_locks condition of the transactions that may still commit a missing position: those
+// holding (or waiting for) a RowExclusiveLock on the events table, except the ones that provably cannot (see
+// PostgresStore): a transaction already failed and waiting for its ROLLBACK, and an idle one that has written
+// nothing (no transaction ID), whose every INSERT has ended without leaving a row. The table is named as text and
+// resolved by each query, so a schema dropped and migrated again under a running store is followed, never judged
+// through a stale OID. Sessions whose activity this role may not see count, to be safe.
+const holderFilter = `l.locktype = 'relation' AND l.relation = $1::regclass AND l.mode = 'RowExclusiveLock'
+	AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
+	AND NOT coalesce((SELECT a.state = 'idle in transaction (aborted)'
+			OR (a.state = 'idle in transaction' AND a.backend_xid IS NULL)
+		FROM pg_stat_activity a WHERE a.pid = l.pid), false)`
+
+// lockHolders returns the virtual transaction IDs of the transactions that may still commit a missing position
+// (holderFilter). On a server in recovery (a hot standby) the primary's transactions are not in pg_locks, so a
+// gap cannot be judged there: it returns an *InRecoveryError.
 func (s *PostgresStore) lockHolders(ctx context.Context) ([]string, error) {
-	oid, err := s.eventsOID(ctx)
-	if err != nil {
-		return nil, err
-	}
 	var holders []string
-	err = s.pool.QueryRow(ctx, `SELECT coalesce(array_agg(DISTINCT virtualtransaction), '{}') FROM pg_locks
-		WHERE locktype = 'relation' AND relation = $1 AND mode = 'RowExclusiveLock'
-		AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`, oid).Scan(&holders)
+	var inRecovery bool
+	err := s.pool.QueryRow(ctx, `SELECT pg_is_in_recovery(), coalesce((SELECT array_agg(DISTINCT l.virtualtransaction)
+		FROM pg_locks l WHERE `+holderFilter+`), '{}')`, s.t.events).Scan(&inRecovery, &holders)
 	if err != nil {
-		return nil, fmt.Errorf("eventstore: read lock holders: %w", err)
+		return nil, fmt.Errorf("eventstore: read lock holders of %s (did you run stagehand.Migrate?): %w",
+			s.t.events, err)
+	}
+	if s.recoveryProbe != nil {
+		if inRecovery, err = s.recoveryProbe(ctx); err != nil {
+			return nil, err
+		}
+	}
+	if inRecovery {
+		return nil, &InRecoveryError{Schema: s.cfg.Schema}
 	}
 	return holders, nil
 }
 
-// waitForEnd polls until none of holders still holds its lock on the events table, or the deadline passes.
-func (s *PostgresStore) waitForEnd(ctx context.Context, holders []string, deadline time.Time) (bool, error) {
-	oid, err := s.eventsOID(ctx)
-	if err != nil {
-		return false, err
+// checkPrimary refuses, on the store's first ReadLog, to follow the log on a server in recovery, so a reader
+// pointed at a standby fails at once rather than at its first gap (where lockHolders checks again, since a
+// pool may reach another server after a failover).
+func (s *PostgresStore) checkPrimary(ctx context.Context) error {
+	if s.primary.Load() {
+		return nil
 	}
+	var inRecovery bool
+	var err error
+	if s.recoveryProbe != nil {
+		inRecovery, err = s.recoveryProbe(ctx)
+	} else {
+		err = s.pool.QueryRow(ctx, `SELECT pg_is_in_recovery()`).Scan(&inRecovery)
+	}
+	if err != nil {
+		return fmt.Errorf("eventstore: read log: is the server in recovery: %w", err)
+	}
+	if inRecovery {
+		return &InRecoveryError{Schema: s.cfg.Schema}
+	}
+	s.primary.Store(true)
+	return nil
+}
+
+// waitForEnd polls until none of holders may still commit a missing position, or the deadline passes.
+func (s *PostgresStore) waitForEnd(ctx context.Context, holders []string, deadline time.Time) (bool, error) {
 	pause := 500 * time.Microsecond
 	for {
 		var remaining int
-		err := s.pool.QueryRow(ctx, `SELECT count(*) FROM pg_locks WHERE locktype = 'relation' AND relation = $1
-			AND mode = 'RowExclusiveLock' AND virtualtransaction = ANY($2)
-			AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`, oid, holders).
-			Scan(&remaining)
+		err := s.pool.QueryRow(ctx, `SELECT count(*) FROM pg_locks l WHERE `+holderFilter+`
+			AND l.virtualtransaction = ANY($2)`, s.t.events, holders).Scan(&remaining)
 		if err != nil {
 			return false, fmt.Errorf("eventstore: wait for in-flight appends: %w", err)
 		}
@@ -180,18 +243,6 @@ func (s *PostgresStore) waitForEnd(ctx context.Context, holders []string, deadli
 			pause *= 2
 		}
 	}
-}
-
-func (s *PostgresStore) eventsOID(ctx context.Context) (uint32, error) {
-	if oid := s.oid.Load(); oid != 0 {
-		return oid, nil
-	}
-	var oid uint32
-	if err := s.pool.QueryRow(ctx, `SELECT $1::regclass::oid`, s.t.events).Scan(&oid); err != nil {
-		return 0, fmt.Errorf("eventstore: look up %s (did you run stagehand.Migrate?): %w", s.t.events, err)
-	}
-	s.oid.Store(oid)
-	return oid, nil
 }
 
 func nilIfEmpty(s []string) []string {

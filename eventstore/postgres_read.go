@@ -28,7 +28,7 @@ func (s *PostgresStore) readStream(ctx context.Context, db dbtx, tenant, streamI
 			return nil, fmt.Errorf("eventstore: read stream %q: %w", streamID, err)
 		}
 		if err := finishRecord(&r, meta); err != nil {
-			return nil, fmt.Errorf("eventstore: read stream %q: %w", streamID, err)
+			return nil, err // a *RecordError, naming the stream, version and position
 		}
 		out = append(out, r)
 	}

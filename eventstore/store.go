@@ -8,6 +8,8 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+
+	"github.com/stagehand-es/stagehand"
 )
 
 // ExpectedVersion is the optimistic-concurrency condition of an append: the exact version the stream must be at,
@@ -219,8 +221,12 @@ var (
 	ErrDuplicateEventID = errors.New("eventstore: duplicate event id")
 	// ErrInvalidAppend: the request is malformed (empty stream ID, no events, bad expected version).
 	ErrInvalidAppend = errors.New("eventstore: invalid append")
+	// ErrInRecovery matches an *InRecoveryError: the log cannot be followed safely on a server in recovery.
+	ErrInRecovery = errors.New("eventstore: server in recovery")
+	// ErrCorruptRecord matches a *RecordError: a stored event that cannot be read.
+	ErrCorruptRecord = errors.New("eventstore: corrupt record")
 	// ErrInvalidConfig: a store was constructed with invalid configuration.
-	ErrInvalidConfig = errors.New("eventstore: invalid configuration")
+	ErrInvalidConfig = stagehand.ErrInvalidConfig
 	// ErrCommitUnknown: the connection was lost while an append was committing and the store could not find out
 	// whether it committed. The error is a *CommitUnknownError naming the stream, the expected version and the
 	// event IDs to look for. Never retry such an append blindly: it may have been stored.
@@ -289,15 +295,44 @@ func (e *ConflictError) Error() string {
 // Is makes errors.Is(err, ErrConcurrencyConflict) true.
 func (e *ConflictError) Is(target error) bool { return target == ErrConcurrencyConflict }
 
-// ConfigError names an invalid configuration field. It matches ErrInvalidConfig.
-type ConfigError struct {
-	Field  string
-	Reason string
+// ConfigError is stagehand.ConfigError, the configuration error every stagehand package returns (Package "eventstore"
+// here). It matches ErrInvalidConfig.
+type ConfigError = stagehand.ConfigError
+
+// RecordError is the error of a stored event that cannot be read (its metadata column holds JSON that is not an
+// object, written by something other than stagehand). Record holds what could be read: position, tenant, stream,
+// version, type and payload, without metadata. It matches ErrCorruptRecord.
+//
+// Metadata values that are not strings are not corrupt: they are read as their JSON text ({"retries": 1} reads as
+// "retries" → "1"); only metadata that is not a JSON object is.
+type RecordError struct {
+	Record Record
+	Err    error
 }
 
-func (e *ConfigError) Error() string {
-	return fmt.Sprintf("eventstore: invalid configuration: %s %s", e.Field, e.Reason)
+func (e *RecordError) Error() string {
+	return fmt.Sprintf("eventstore: event at position %d (stream %q version %d, tenant %q, type %q) cannot be read: %v",
+		e.Record.Position, e.Record.StreamID, e.Record.Version, e.Record.Tenant, e.Record.Type, e.Err)
 }
 
-// Is makes errors.Is(err, ErrInvalidConfig) true.
-func (e *ConfigError) Is(target error) bool { return target == ErrInvalidConfig }
+// Is makes errors.Is(err, ErrCorruptRecord) true.
+func (e *RecordError) Is(target error) bool { return target == ErrCorruptRecord }
+
+// Unwrap returns the decoding error.
+func (e *RecordError) Unwrap() error { return e.Err }
+
+// InRecoveryError is returned by the PostgreSQL store's ReadLog on a server in recovery (a hot standby). The
+// gap-safe reader judges a missing position by the transactions that hold the events table's lock, and a standby
+// does not see the primary's transactions: it would pass a position the primary may still commit, and that event
+// would never be delivered. Follow the log on the primary. It matches ErrInRecovery.
+type InRecoveryError struct {
+	Schema string
+}
+
+func (e *InRecoveryError) Error() string {
+	return fmt.Sprintf("eventstore: the global log of schema %q cannot be followed on a server in recovery (a "+
+		"standby does not see the primary's in-flight appends); point log readers at the primary", e.Schema)
+}
+
+// Is makes errors.Is(err, ErrInRecovery) true.
+func (e *InRecoveryError) Is(target error) bool { return target == ErrInRecovery }

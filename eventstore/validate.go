@@ -24,11 +24,17 @@ func prepare(req AppendRequest, now time.Time) (AppendRequest, error) {
 			ErrInvalidAppend, int64(req.Expected))
 	}
 	req.Tenant = stagehand.NormalizeTenant(req.Tenant)
+	if err := checkNames(req); err != nil {
+		return req, err
+	}
 	events := make([]EventData, len(req.Events))
 	seen := make(map[uuid.UUID]struct{}, len(events))
 	for i, e := range req.Events {
 		if strings.TrimSpace(e.Type) == "" {
 			return req, fmt.Errorf("%w: event %d of stream %q has no type", ErrInvalidAppend, i, req.StreamID)
+		}
+		if err := checkEvent(req.StreamID, i, e); err != nil {
+			return req, err
 		}
 		if e.EventID == uuid.Nil {
 			id, err := uuid.NewV7()

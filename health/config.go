@@ -2,12 +2,12 @@ package health
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"math"
 	"time"
 
+	"github.com/stagehand-es/stagehand"
 	"github.com/stagehand-es/stagehand/outbox"
 	"github.com/stagehand-es/stagehand/projection"
 	"github.com/stagehand-es/stagehand/staging"
@@ -42,6 +42,11 @@ type Config struct {
 	Projections func(ctx context.Context) ([]projection.Status, error)
 	// Workers are the staging workers (Deferred stagers, reconcilers) watched. Default: none.
 	Workers []Worker
+	// WorkerStatus returns the status of the staging workers watched, read from the database: a closure over
+	// staging.ListWorkerStatus sees every worker of a schema, whichever process runs it, without building one. A
+	// failed worker is Unhealthy; one retrying an event, or holding parked events (DeadLetters), is Degraded.
+	// Default: none.
+	WorkerStatus func(ctx context.Context) ([]staging.WorkerStatus, error)
 
 	// DegradedInactivity and UnhealthyInactivity: a component that has work (ready messages, lag) but has made
 	// no progress for this long is Degraded, then Unhealthy. Defaults 2m and 5m (seed 003).
@@ -71,19 +76,11 @@ type Config struct {
 }
 
 // ErrInvalidConfig is matched (errors.Is) by every configuration error.
-var ErrInvalidConfig = errors.New("health: invalid configuration")
+var ErrInvalidConfig = stagehand.ErrInvalidConfig
 
-// ConfigError is an invalid Config setting.
-type ConfigError struct {
-	// Field is the Config field at fault.
-	Field   string
-	Message string
-}
-
-func (e *ConfigError) Error() string { return "health: invalid configuration: " + e.Message }
-
-// Is makes errors.Is(err, ErrInvalidConfig) true.
-func (e *ConfigError) Is(target error) bool { return target == ErrInvalidConfig }
+// ConfigError is stagehand.ConfigError, the configuration error every stagehand package returns (Package "health"
+// here). It matches ErrInvalidConfig.
+type ConfigError = stagehand.ConfigError
 
 // withDefaults returns a validated copy of c with every default applied.
 func (c *Config) withDefaults() (Config, error) {
@@ -92,7 +89,7 @@ func (c *Config) withDefaults() (Config, error) {
 		s = *c
 	}
 	bad := func(field, format string, args ...any) (Config, error) {
-		return Config{}, &ConfigError{Field: field, Message: fmt.Sprintf(format, args...)}
+		return Config{}, &ConfigError{Package: "health", Field: field, Reason: fmt.Sprintf(format, args...)}
 	}
 	for i, w := range s.Workers {
 		if w == nil {

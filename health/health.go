@@ -11,6 +11,7 @@ import (
 
 	"github.com/stagehand-es/stagehand/outbox"
 	"github.com/stagehand-es/stagehand/projection"
+	"github.com/stagehand-es/stagehand/staging"
 )
 
 // Status is a health verdict. Its order matters: a report is as bad as its worst component.
@@ -246,6 +247,9 @@ func (c *Checker) Check(ctx context.Context) Report {
 	for _, w := range c.cfg.Workers {
 		r.Components = append(r.Components, c.checkWorker(ctx, now, w))
 	}
+	if c.cfg.WorkerStatus != nil {
+		r.Components = append(r.Components, c.checkWorkerStatus(ctx, now)...)
+	}
 	for _, comp := range r.Components {
 		r.Status = max(r.Status, comp.Status)
 		r.Reasons = append(r.Reasons, comp.Reasons...)
@@ -454,7 +458,7 @@ func (c *Checker) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // status changes are logged even when no probe calls Check. It starts no goroutine.
 func (c *Checker) Run(ctx context.Context, interval time.Duration) error {
 	if interval <= 0 {
-		return &ConfigError{Field: "interval", Message: "the Run interval must be positive."}
+		return &ConfigError{Package: "health", Field: "interval", Reason: "the Run interval must be positive."}
 	}
 	t := time.NewTicker(interval)
 	defer t.Stop()
@@ -466,4 +470,34 @@ func (c *Checker) Run(ctx context.Context, interval time.Duration) error {
 		case <-t.C:
 		}
 	}
+}
+
+func (c *Checker) checkWorkerStatus(ctx context.Context, now time.Time) []Component {
+	sts, err := c.cfg.WorkerStatus(ctx)
+	if err != nil {
+		v := verdict{name: "workers"}
+		v.add(Unhealthy, "cannot read the staging workers' status: %v", err)
+		return []Component{{Name: v.name, Status: v.status, Reasons: v.reasons}}
+	}
+	out := make([]Component, 0, len(sts))
+	for _, s := range sts {
+		v := verdict{name: "worker:" + s.Name}
+		idle := c.followed(v.name, now, s.Position, s.Lag)
+		d := FollowerDetails{State: string(s.State), Position: s.Position, Head: s.Head, Lag: s.Lag,
+			TimeLag: Duration(s.TimeLag), LastError: s.LastError, FailingPosition: s.FailingPosition,
+			Parked: s.Parked, Inactive: Duration(idle)}
+		if s.State == staging.WorkerFailed {
+			v.add(Unhealthy, "failed: %s", s.LastError)
+		}
+		c.inactive(&v, idle, "%s, %d positions behind (oldest waiting %s), position %d has not moved for %s",
+			s.State, s.Lag, s.TimeLag.Round(time.Second), s.Position, idle.Round(time.Second))
+		if s.FailingPosition > 0 && s.State != staging.WorkerFailed {
+			v.add(Degraded, "retrying position %d (%d attempts): %s", s.FailingPosition, s.Attempts, s.LastError)
+		}
+		if c.cfg.DeadLetters > 0 && int64(s.Parked) >= c.cfg.DeadLetters {
+			v.add(Degraded, "%d parked events wait to be replayed", s.Parked)
+		}
+		out = append(out, Component{Name: v.name, Status: v.status, Reasons: v.reasons, Follower: &d})
+	}
+	return out
 }

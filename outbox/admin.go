@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/stagehand-es/stagehand"
+	"github.com/stagehand-es/stagehand/internal/jsonmeta"
 )
 
 // Admin runs the operations on the outbox tables (statistics, dead letters, cleanup) for one scope: every tenant
@@ -163,7 +164,7 @@ func scanDeadLetter(r pgx.CollectableRow) (DeadLetter, error) {
 		seq, pos  *int64
 		scheduled *time.Time
 	)
-	err := r.Scan(&dl.ID, &dl.Tenant, &dl.Type, &dl.Topic, &dl.Payload, &dl.Metadata, &dl.CorrelationID,
+	err := r.Scan(&dl.ID, &dl.Tenant, &dl.Type, &dl.Topic, &dl.Payload, (*jsonmeta.Map)(&dl.Metadata), &dl.CorrelationID,
 		&dl.CausationID, &dl.PartitionKey, &seq, &pos, &scheduled, &dl.Attempts, &dl.LastError, &dl.HoldsKey,
 		&dl.CreatedAt, &dl.DeadAt)
 	if seq != nil {
@@ -502,7 +503,7 @@ func (a *Admin) InboxDeadLetters(ctx context.Context, opts InboxListOptions) ([]
 	}
 	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (InboxDeadLetter, error) {
 		var d InboxDeadLetter
-		err := r.Scan(&d.MessageID, &d.Handler, &d.Tenant, &d.MessageType, &d.Topic, &d.Payload, &d.Metadata,
+		err := r.Scan(&d.MessageID, &d.Handler, &d.Tenant, &d.MessageType, &d.Topic, &d.Payload, (*jsonmeta.Map)(&d.Metadata),
 			&d.Attempts, &d.LastError, &d.DeadAt)
 		return d, err
 	})

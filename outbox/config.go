@@ -14,6 +14,8 @@ import (
 
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/stagehand-es/stagehand/internal/backoff"
 )
 
 // RelayConfig holds a relay's processing settings. A nil *RelayConfig means Balanced(); a zero field means the
@@ -260,7 +262,9 @@ func (c *RelayConfig) settings(defaultLogger *slog.Logger) (settings, error) {
 	if c.MaxRetryCount != nil {
 		s.maxRetryCount = *c.MaxRetryCount
 	}
-	bad := func(field, msg string) (settings, error) { return settings{}, &ConfigError{Field: field, Message: msg} }
+	bad := func(field, msg string) (settings, error) {
+		return settings{}, &ConfigError{Package: "outbox", Field: field, Reason: msg}
+	}
 	switch {
 	case s.batchSize == 0:
 		s.batchSize = 100
@@ -383,25 +387,35 @@ func (c *RelayConfig) Validate() error {
 }
 
 // backoffFloor is the delay before retry number attempt (1 = after the first rejection), without jitter:
-// RetryDelay doubled per earlier rejection, capped by MaxRetryDelay.
+// RetryDelay doubled per earlier rejection, capped by MaxRetryDelay. It saturates at the cap, so no setting (up to
+// the largest time.Duration) can wrap a delay around to a negative, immediate retry.
 func (s *settings) backoffFloor(attempt int) time.Duration {
-	d := s.retryDelay
-	for i := 1; i < attempt && d < s.maxRetryDelay; i++ {
-		d *= 2
-	}
-	return min(d, s.maxRetryDelay)
+	return backoff.Exponential(s.retryDelay, s.maxRetryDelay, attempt-1)
 }
 
 // backoff is backoffFloor plus up to Jitter of it at random, still capped by MaxRetryDelay (never below the floor).
 func (s *settings) backoff(attempt int) time.Duration {
 	floor := s.backoffFloor(attempt)
-	extra := time.Duration(rand.Float64() * s.jitter * float64(floor))
-	return max(floor, min(floor+extra, s.maxRetryDelay))
+	extra := backoff.Fraction(floor, rand.Float64()*s.jitter)
+	return max(floor, min(backoff.Add(floor, extra), s.maxRetryDelay))
+}
+
+// backoffCeiling is the longest backoff before retry number attempt: its floor plus the whole Jitter, capped.
+func (s *settings) backoffCeiling(attempt int) time.Duration {
+	floor := s.backoffFloor(attempt)
+	return min(backoff.Add(floor, backoff.Fraction(floor, s.jitter)), s.maxRetryDelay)
+}
+
+// nextBrokerBackoff is the relay's pause after another unreachable broker: pause doubled, capped by
+// MaxBrokerBackoff, without overflow.
+func (s *settings) nextBrokerBackoff(pause time.Duration) time.Duration {
+	return backoff.Double(pause, s.maxBrokerBackoff)
 }
 
 // RetryHorizon is the longest time between a message's first rejected attempt and its dead-lettering under these
 // settings (every backoff at its maximum, without the time the attempts themselves take). The inbox retention of
-// consumers must outlast it, plus the broker's own redelivery window.
+// consumers must outlast it, plus the broker's own redelivery window. It saturates at the largest time.Duration
+// (about 292 years) rather than overflow, whatever MaxRetryCount, RetryDelay and MaxRetryDelay are.
 func (c *RelayConfig) RetryHorizon() (time.Duration, error) {
 	s, err := c.settings(nil)
 	if err != nil {
@@ -409,7 +423,12 @@ func (c *RelayConfig) RetryHorizon() (time.Duration, error) {
 	}
 	var total time.Duration
 	for i := 1; i <= s.maxRetryCount; i++ {
-		total += min(s.backoffFloor(i)+time.Duration(s.jitter*float64(s.backoffFloor(i))), s.maxRetryDelay)
+		d := s.backoffCeiling(i)
+		if s.backoffFloor(i) >= s.maxRetryDelay {
+			// Every later retry waits the same capped delay: add them at once, so a huge MaxRetryCount costs nothing.
+			return backoff.Add(total, backoff.Mul(d, s.maxRetryCount-i+1)), nil
+		}
+		total = backoff.Add(total, d)
 	}
 	return total, nil
 }

@@ -44,7 +44,8 @@ type InboxConfig struct {
 	// are used up does the delivery count as one failed attempt, like any other error. Default
 	// DefaultContentionRetries (10); -1 means no reruns.
 	ContentionRetries int
-	// TxOptions are the options of the handler's transaction. Default: READ COMMITTED, read-write.
+	// TxOptions are the options of the handler's transaction. Default: READ COMMITTED, read-write. Rule: IsoLevel,
+	// AccessMode and DeferrableMode are pgx's named values (or empty).
 	TxOptions pgx.TxOptions
 	// Logger overrides the Outbox's logger.
 	Logger *slog.Logger
@@ -79,7 +80,10 @@ func (o *Outbox) NewInbox(cfg *InboxConfig) (*Inbox, error) {
 	case c.MaxAttempts == 0:
 		c.MaxAttempts = 5
 	case c.MaxAttempts < 1:
-		return nil, &ConfigError{Field: "MaxAttempts", Message: "MaxAttempts must be at least 1."}
+		return nil, &ConfigError{Package: "outbox", Field: "MaxAttempts", Reason: "MaxAttempts must be at least 1."}
+	}
+	if err := checkTxOptions(c.TxOptions); err != nil {
+		return nil, err
 	}
 	switch {
 	case c.ContentionRetries == 0:
@@ -87,8 +91,8 @@ func (o *Outbox) NewInbox(cfg *InboxConfig) (*Inbox, error) {
 	case c.ContentionRetries == -1:
 		c.ContentionRetries = 0
 	case c.ContentionRetries < -1:
-		return nil, &ConfigError{Field: "ContentionRetries",
-			Message: "ContentionRetries must be -1 (no reruns) or more."}
+		return nil, &ConfigError{Package: "outbox", Field: "ContentionRetries",
+			Reason: "ContentionRetries must be -1 (no reruns) or more."}
 	}
 	if c.Logger == nil {
 		c.Logger = o.logger
@@ -208,6 +212,9 @@ func (i *Inbox) handle(name string, msg *message.Message, h HandlerFunc) error {
 	}
 	ctx := msg.Context()
 	tenant := stagehand.NormalizeTenant(msg.Metadata.Get(stagehand.HeaderTenantID))
+	if err := checkInbound(name, tenant, msg); err != nil {
+		return err
+	}
 	msgType := msg.Metadata.Get(stagehand.HeaderMessageType)
 	correlation := firstNonEmpty(msg.Metadata.Get(stagehand.HeaderCorrelationID),
 		middleware.MessageCorrelationID(msg), msg.UUID)

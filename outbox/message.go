@@ -10,6 +10,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message/router/middleware"
 
 	"github.com/stagehand-es/stagehand"
+	"github.com/stagehand-es/stagehand/internal/jsonmeta"
 )
 
 // Metadata keys the outbox reads when staging Watermill messages and sets on the messages it delivers, in addition
@@ -120,7 +121,7 @@ type row struct {
 	topic         string
 	msgType       string
 	payload       []byte
-	metadata      map[string]string
+	metadata      jsonmeta.Map // read tolerantly: a row written by another tool never stalls a claim
 	tenant        string
 	correlationID string
 	causationID   string

@@ -17,6 +17,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/stagehand-es/stagehand"
+	"github.com/stagehand-es/stagehand/internal/names"
 	"github.com/stagehand-es/stagehand/internal/pgnotify"
 	"github.com/stagehand-es/stagehand/internal/telemetry"
 )
@@ -74,7 +75,7 @@ type Outbox struct {
 // New returns an Outbox working on the tables in cfg.Schema. It creates no tables: run stagehand.Migrate first.
 func New(pool *pgxpool.Pool, cfg *Config) (*Outbox, error) {
 	if pool == nil {
-		return nil, &ConfigError{Field: "pool", Message: "pool must not be nil."}
+		return nil, &ConfigError{Package: "outbox", Field: "pool", Reason: "pool must not be nil."}
 	}
 	var c Config
 	if cfg != nil {
@@ -84,7 +85,10 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Outbox, error) {
 		c.Schema = stagehand.DefaultSchema
 	}
 	if strings.TrimSpace(c.Schema) == "" {
-		return nil, &ConfigError{Field: "Schema", Message: "Schema cannot be whitespace."}
+		return nil, &ConfigError{Package: "outbox", Field: "Schema", Reason: "Schema cannot be whitespace."}
+	}
+	if reason := names.Identifier(c.Schema); reason != "" {
+		return nil, &ConfigError{Package: "outbox", Field: "Schema", Reason: "Schema " + reason + "."}
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
@@ -140,18 +144,11 @@ func (o *Outbox) Close() error {
 func (o *Outbox) now() time.Time { return o.clock().UTC() }
 
 // ErrInvalidConfig is matched (errors.Is) by every *ConfigError.
-var ErrInvalidConfig = errors.New("outbox: invalid configuration")
+var ErrInvalidConfig = stagehand.ErrInvalidConfig
 
-// ConfigError reports an invalid setting; Field names it and Message states the rule it breaks.
-type ConfigError struct {
-	Field   string
-	Message string
-}
-
-func (e *ConfigError) Error() string { return "outbox: invalid configuration: " + e.Message }
-
-// Is reports whether target is ErrInvalidConfig.
-func (e *ConfigError) Is(target error) bool { return target == ErrInvalidConfig }
+// ConfigError is stagehand.ConfigError, the configuration error every stagehand package returns (Package "outbox"
+// here). It matches ErrInvalidConfig.
+type ConfigError = stagehand.ConfigError
 
 // ErrInvalidMessage is matched (errors.Is) by the errors returned for a message that cannot be staged.
 var ErrInvalidMessage = errors.New("outbox: invalid message")

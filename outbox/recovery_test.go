@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/stagehand-es/stagehand"
+	"github.com/stagehand-es/stagehand/internal/pgnotify"
 	"github.com/stagehand-es/stagehand/internal/pgtest"
 	"github.com/stagehand-es/stagehand/outbox"
 )
@@ -143,8 +144,8 @@ func TestRelaySurvivesKilledListenConnection(t *testing.T) {
 	r := e.relay(func(c *outbox.RelayConfig) { c.PollingInterval = poll })
 	runRouter(t, r, b, nil)
 
-	suffix := e.schema[len(e.schema)-8:]
-	listening := "SELECT count(*) FROM pg_stat_activity WHERE query ILIKE 'listen %" + suffix + "%'"
+	channel := pgnotify.Channel(e.schema, "outbox") // a hash of the schema when the name would pass 63 bytes
+	listening := "SELECT count(*) FROM pg_stat_activity WHERE query ILIKE 'listen %" + channel + "%'"
 	pgtest.Eventually(t, 5*time.Second, func() bool { return pgtest.Count(t, e.pool, listening) == 1 },
 		"the relay is not listening")
 	stageAndWait := func(id string, within time.Duration) time.Duration {
@@ -159,7 +160,7 @@ func TestRelaySurvivesKilledListenConnection(t *testing.T) {
 	require.Less(t, stageAndWait("before", poll), poll/2, "a wake-up should beat the poll")
 
 	require.EqualValues(t, 1, pgtest.Count(t, e.pool, "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "+
-		"WHERE query ILIKE 'listen %"+suffix+"%'"))
+		"WHERE query ILIKE 'listen %"+channel+"%'"))
 	stageAndWait("during", 2*poll)
 
 	pgtest.Eventually(t, 5*time.Second, func() bool { return pgtest.Count(t, e.pool, listening) == 1 },

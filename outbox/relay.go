@@ -64,7 +64,7 @@ func (o *Outbox) NewRelay(cfg *RelayConfig) (*Relay, error) {
 		r.leases, err = lease.New(o.pool, &lease.Config{Schema: o.schema, Owner: r.owner, TTL: s.leaderTTL,
 			AcquireInterval: min(time.Second, s.leaderTTL/3), Logger: s.logger})
 		if err != nil {
-			return nil, &ConfigError{Field: "LeaderTTL", Message: err.Error()}
+			return nil, &ConfigError{Package: "outbox", Field: "LeaderTTL", Reason: err.Error()}
 		}
 	}
 	if s.singleWriter {
@@ -765,7 +765,7 @@ func (s *subscription) unreachable(rw *row, u *unit, cause error) {
 	cancel()
 	s.mu.Lock()
 	pause := s.brokerBackoff
-	s.brokerBackoff = min(s.brokerBackoff*2, s.s.maxBrokerBackoff)
+	s.brokerBackoff = s.s.nextBrokerBackoff(s.brokerBackoff)
 	if until := time.Now().Add(pause); until.After(s.pausedUntil) {
 		s.pausedUntil = until
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"net"
 	"sync"
@@ -410,7 +411,7 @@ func TestInvalidSettingsNameTheField(t *testing.T) {
 		require.ErrorAs(t, err, &ce, "%+v", c.cfg)
 		require.ErrorIs(t, err, outbox.ErrInvalidConfig)
 		require.Equal(t, c.field, ce.Field)
-		require.Equal(t, c.message, ce.Message)
+		require.Equal(t, c.message, ce.Reason)
 		require.ErrorAs(t, c.cfg.Validate(), &ce)
 	}
 	for _, p := range []*outbox.RelayConfig{nil, outbox.HighThroughput(), outbox.Balanced(), outbox.HighReliability()} {
@@ -449,6 +450,26 @@ func TestProfilesMatchTheSeed(t *testing.T) {
 	check(outbox.HighThroughput(), p{1000, 100 * time.Millisecond, 3, time.Minute, 8, 10 * time.Minute})
 	check(outbox.Balanced(), p{100, time.Second, 5, 5 * time.Minute, 4, 3 * time.Hour})
 	check(outbox.HighReliability(), p{10, 5 * time.Second, 10, 15 * time.Minute, 1, 10 * time.Hour})
+}
+
+// RetryHorizon saturates at the largest time.Duration instead of overflowing (it came out as about -2 million
+// hours for RetryDelay 1m, MaxRetryDelay at its maximum and 30 retries), and a huge MaxRetryCount returns at once.
+func TestRetryHorizonSaturates(t *testing.T) {
+	t.Parallel()
+	for _, retries := range []int{30, 64, 1000, math.MaxInt} {
+		h, err := (&outbox.RelayConfig{RetryDelay: time.Minute, MaxRetryDelay: math.MaxInt64,
+			MaxRetryCount: outbox.Retries(retries)}).RetryHorizon()
+		require.NoError(t, err)
+		require.Equal(t, time.Duration(math.MaxInt64), h, "retries=%d", retries)
+	}
+	// Below saturation the sum is exact: 1m, 2m, 4m with no jitter headroom past the 4m cap.
+	h, err := (&outbox.RelayConfig{RetryDelay: time.Minute, MaxRetryDelay: 4 * time.Minute, Jitter: 1e-12,
+		MaxRetryCount: outbox.Retries(5)}).RetryHorizon()
+	require.NoError(t, err)
+	require.InDelta(t, float64(15*time.Minute), float64(h), float64(time.Millisecond))
+	h, err = (&outbox.RelayConfig{RetryDelay: math.MaxInt64, MaxRetryCount: outbox.Retries(math.MaxInt)}).RetryHorizon()
+	require.NoError(t, err)
+	require.Equal(t, time.Duration(math.MaxInt64), h)
 }
 
 func ids(log []published) []string {

@@ -197,6 +197,9 @@ func (o *Outbox) stageArgs(ctx context.Context, msgs []Message) (stageArgs, erro
 			tenant = stagehand.TenantFrom(ctx)
 		}
 		tenant = stagehand.NormalizeTenant(tenant)
+		if err := checkMessage(i, m, tenant); err != nil {
+			return stageArgs{}, err
+		}
 		if _, dup := seen[[3]string{tenant, m.ID, m.Topic}]; dup {
 			continue
 		}

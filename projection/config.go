@@ -12,6 +12,7 @@ import (
 
 	"github.com/stagehand-es/stagehand"
 	"github.com/stagehand-es/stagehand/aggregate"
+	"github.com/stagehand-es/stagehand/internal/names"
 )
 
 // FailureMode says what a projection does with an event whose handler failed MaxAttempts times.
@@ -104,7 +105,7 @@ type Config struct {
 // Errors of the projection package. Compare with errors.Is.
 var (
 	// ErrInvalidConfig: a projection or subscriber was configured with an invalid value.
-	ErrInvalidConfig = errors.New("projection: invalid configuration")
+	ErrInvalidConfig = stagehand.ErrInvalidConfig
 	// ErrParkedNotFound: no parked event has the given ID.
 	ErrParkedNotFound = errors.New("projection: parked event not found")
 	// ErrUnknownProjection: no checkpoint of the named projection exists in the schema (it never ran there, or
@@ -112,29 +113,25 @@ var (
 	ErrUnknownProjection = errors.New("projection: unknown projection")
 )
 
-// ConfigError names an invalid configuration field. It matches ErrInvalidConfig.
-type ConfigError struct {
-	Field  string
-	Reason string
-}
-
-func (e *ConfigError) Error() string {
-	return "projection: invalid configuration: " + e.Field + " " + e.Reason
-}
-
-// Is matches ErrInvalidConfig.
-func (e *ConfigError) Is(target error) bool { return target == ErrInvalidConfig }
+// ConfigError is stagehand.ConfigError, the configuration error every stagehand package returns (Package "projection"
+// here). It matches ErrInvalidConfig.
+type ConfigError = stagehand.ConfigError
 
 func (c *Config) withDefaults() (Config, error) {
 	if c == nil {
-		return Config{}, &ConfigError{Field: "Name", Reason: "is required"}
+		return Config{}, &ConfigError{Package: "projection", Field: "Name", Reason: "is required"}
 	}
 	cfg := *c
 	switch {
 	case strings.TrimSpace(cfg.Name) == "":
-		return cfg, &ConfigError{Field: "Name", Reason: "is required"}
+		return cfg, &ConfigError{Package: "projection", Field: "Name", Reason: "is required"}
 	case strings.Contains(cfg.Name, "#"):
-		return cfg, &ConfigError{Field: "Name", Reason: "must not contain '#' (it separates partition names)"}
+		return cfg, &ConfigError{Package: "projection", Field: "Name",
+			Reason: "must not contain '#' (it separates partition names)"}
+	case names.Identifier(cfg.Name) != "":
+		return cfg, &ConfigError{Package: "projection", Field: "Name", Reason: names.Identifier(cfg.Name)}
+	case names.Text(cfg.Name) != "":
+		return cfg, &ConfigError{Package: "projection", Field: "Name", Reason: names.Text(cfg.Name)}
 	}
 	if cfg.Schema == "" {
 		cfg.Schema = stagehand.DefaultSchema
@@ -143,10 +140,10 @@ func (c *Config) withDefaults() (Config, error) {
 	case cfg.Partitions == 0:
 		cfg.Partitions = 1
 	case cfg.Partitions < 1 || cfg.Partitions > 256:
-		return cfg, &ConfigError{Field: "Partitions", Reason: "must be between 1 and 256"}
+		return cfg, &ConfigError{Package: "projection", Field: "Partitions", Reason: "must be between 1 and 256"}
 	}
 	if cfg.OnFailure != Stop && cfg.OnFailure != Park {
-		return cfg, &ConfigError{Field: "OnFailure", Reason: "must be Stop or Park"}
+		return cfg, &ConfigError{Package: "projection", Field: "OnFailure", Reason: "must be Stop or Park"}
 	}
 	if cfg.Clock == nil {
 		cfg.Clock = time.Now

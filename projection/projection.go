@@ -98,7 +98,7 @@ const kind = "projection"
 // by the projection.
 func New(pool *pgxpool.Pool, store eventstore.Store, h Handler, cfg *Config) (*Projection, error) {
 	if h == nil {
-		return nil, &ConfigError{Field: "handler", Reason: "must not be nil"}
+		return nil, &ConfigError{Package: "projection", Field: "handler", Reason: "must not be nil"}
 	}
 	c, err := cfg.withDefaults()
 	if err != nil {
@@ -110,7 +110,8 @@ func New(pool *pgxpool.Pool, store eventstore.Store, h Handler, cfg *Config) (*P
 	}
 	if p.reg != nil {
 		if err := p.reg.Validate(); err != nil {
-			return nil, &ConfigError{Field: "Registry", Reason: "has registration errors: " + err.Error()}
+			return nil, &ConfigError{Package: "projection", Field: "Registry",
+				Reason: "has registration errors: " + err.Error()}
 		}
 	}
 	for i := range c.Partitions {
@@ -137,7 +138,7 @@ func New(pool *pgxpool.Pool, store eventstore.Store, h Handler, cfg *Config) (*P
 		if err != nil {
 			var fe *logfollow.ConfigError
 			if errors.As(err, &fe) {
-				return nil, &ConfigError{Field: fe.Field, Reason: fe.Reason}
+				return nil, &ConfigError{Package: "projection", Field: fe.Field, Reason: fe.Reason}
 			}
 			return nil, err
 		}

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/jackc/pgx/v5"
@@ -17,6 +19,7 @@ import (
 	"github.com/stagehand-es/stagehand"
 	"github.com/stagehand-es/stagehand/eventstore"
 	"github.com/stagehand-es/stagehand/internal/logfollow"
+	"github.com/stagehand-es/stagehand/internal/names"
 )
 
 // Metadata keys the Subscriber sets on every message, besides stagehand's standard headers (event ID and type,
@@ -34,7 +37,9 @@ type Filter struct {
 }
 
 // Topic renders f as a Subscriber topic: "*" for everything, else "events:A,B;streams:S;tenants:T" with only
-// the non-empty parts.
+// the non-empty parts. Each value is escaped, so any tenant or type name round-trips through ParseTopic as exactly
+// that one value: '%', ',', ';' and whitespace are written as %XX (a tenant "evil,B" is "evil%2CB", never the two
+// tenants "evil" and "B").
 func Topic(f Filter) string {
 	var parts []string
 	for _, p := range []struct {
@@ -42,7 +47,11 @@ func Topic(f Filter) string {
 		vals []string
 	}{{"events", f.EventTypes}, {"streams", f.StreamTypes}, {"tenants", f.Tenants}} {
 		if len(p.vals) > 0 {
-			parts = append(parts, p.key+":"+strings.Join(p.vals, ","))
+			esc := make([]string, len(p.vals))
+			for i, v := range p.vals {
+				esc[i] = escapeTopicValue(v)
+			}
+			parts = append(parts, p.key+":"+strings.Join(esc, ","))
 		}
 	}
 	if len(parts) == 0 {
@@ -51,7 +60,9 @@ func Topic(f Filter) string {
 	return strings.Join(parts, ";")
 }
 
-// ParseTopic parses a Subscriber topic (see Topic). An empty topic or "*" selects every event.
+// ParseTopic parses a Subscriber topic (see Topic). An empty topic or "*" selects every event. Values are
+// unescaped (%XX); a malformed escape, or a tenant stagehand.ValidateTenant refuses, is an error matching
+// ErrInvalidConfig.
 func ParseTopic(topic string) (Filter, error) {
 	var f Filter
 	topic = strings.TrimSpace(topic)
@@ -62,12 +73,18 @@ func ParseTopic(topic string) (Filter, error) {
 		key, vals, ok := strings.Cut(strings.TrimSpace(part), ":")
 		var list []string
 		for v := range strings.SplitSeq(vals, ",") {
-			if v = strings.TrimSpace(v); v != "" {
-				list = append(list, v)
+			if v = strings.TrimSpace(v); v == "" {
+				continue
 			}
+			u, err := unescapeTopicValue(v)
+			if err != nil {
+				return Filter{}, fmt.Errorf("%w: topic %q: value %q: %w", ErrInvalidConfig, topic, v, err)
+			}
+			list = append(list, u)
 		}
 		if !ok || len(list) == 0 {
-			return f, fmt.Errorf("%w: topic %q: part %q is not key:value[,value]", ErrInvalidConfig, topic, part)
+			return Filter{}, fmt.Errorf("%w: topic %q: part %q is not key:value[,value]", ErrInvalidConfig, topic,
+				part)
 		}
 		switch key {
 		case "events":
@@ -75,13 +92,68 @@ func ParseTopic(topic string) (Filter, error) {
 		case "streams":
 			f.StreamTypes = append(f.StreamTypes, list...)
 		case "tenants":
+			for _, t := range list {
+				if err := stagehand.ValidateTenant(t); err != nil {
+					return Filter{}, fmt.Errorf("%w: topic %q: %w", ErrInvalidConfig, names.Cut(topic, 128), err)
+				}
+			}
 			f.Tenants = append(f.Tenants, list...)
 		default:
-			return f, fmt.Errorf("%w: topic %q: unknown key %q (want events, streams or tenants)", ErrInvalidConfig,
-				topic, key)
+			return Filter{}, fmt.Errorf("%w: topic %q: unknown key %q (want events, streams or tenants)",
+				ErrInvalidConfig, topic, key)
 		}
 	}
 	return f, nil
+}
+
+// escapeTopicValue writes '%', the separators ',' and ';', whitespace (which ParseTopic trims) and control
+// characters as %XX, byte by byte.
+func escapeTopicValue(v string) string {
+	var b strings.Builder
+	for i := 0; i < len(v); {
+		r, size := utf8.DecodeRuneInString(v[i:])
+		if r == '%' || r == ',' || r == ';' || unicode.IsSpace(r) || unicode.IsControl(r) ||
+			(r == utf8.RuneError && size == 1) {
+			for _, c := range []byte(v[i : i+size]) {
+				fmt.Fprintf(&b, "%%%02X", c)
+			}
+		} else {
+			b.WriteString(v[i : i+size])
+		}
+		i += size
+	}
+	return b.String()
+}
+
+func unescapeTopicValue(v string) (string, error) {
+	if !strings.Contains(v, "%") {
+		return v, nil
+	}
+	var b strings.Builder
+	for i := 0; i < len(v); i++ {
+		if v[i] != '%' {
+			b.WriteByte(v[i])
+			continue
+		}
+		if i+2 >= len(v) || !isHex(v[i+1]) || !isHex(v[i+2]) {
+			return "", errors.New("'%' must start an escape %XX (two hex digits)")
+		}
+		b.WriteByte(unhex(v[i+1])<<4 | unhex(v[i+2]))
+		i += 2
+	}
+	return b.String(), nil
+}
+
+func isHex(c byte) bool { return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F' }
+
+func unhex(c byte) byte {
+	switch {
+	case c <= '9':
+		return c - '0'
+	case c <= 'F':
+		return c - 'A' + 10
+	}
+	return c - 'a' + 10
 }
 
 // SubscriberConfig configures a Subscriber. ConsumerGroup is required.
@@ -134,7 +206,10 @@ var _ message.Subscriber = (*Subscriber)(nil)
 // NewSubscriber returns a Subscriber on store whose checkpoint and lease live on pool.
 func NewSubscriber(pool *pgxpool.Pool, store eventstore.Store, cfg *SubscriberConfig) (*Subscriber, error) {
 	if cfg == nil || strings.TrimSpace(cfg.ConsumerGroup) == "" {
-		return nil, &ConfigError{Field: "ConsumerGroup", Reason: "is required"}
+		return nil, &ConfigError{Package: "projection", Field: "ConsumerGroup", Reason: "is required"}
+	}
+	if reason := names.Identifier(cfg.ConsumerGroup) + names.Text(cfg.ConsumerGroup); reason != "" {
+		return nil, &ConfigError{Package: "projection", Field: "ConsumerGroup", Reason: reason}
 	}
 	c := *cfg
 	if c.Schema == "" {
@@ -147,7 +222,7 @@ func NewSubscriber(pool *pgxpool.Pool, store eventstore.Store, cfg *SubscriberCo
 	case c.NackResendDelay == 0:
 		c.NackResendDelay = 100 * time.Millisecond
 	case c.NackResendDelay < 0:
-		return nil, &ConfigError{Field: "NackResendDelay", Reason: "must not be negative"}
+		return nil, &ConfigError{Package: "projection", Field: "NackResendDelay", Reason: "must not be negative"}
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
@@ -157,7 +232,7 @@ func NewSubscriber(pool *pgxpool.Pool, store eventstore.Store, cfg *SubscriberCo
 		c.followerConfig(Filter{})); err != nil {
 		var fe *logfollow.ConfigError
 		if errors.As(err, &fe) {
-			return nil, &ConfigError{Field: fe.Field, Reason: fe.Reason}
+			return nil, &ConfigError{Package: "projection", Field: fe.Field, Reason: fe.Reason}
 		}
 		return nil, err
 	}

@@ -2,6 +2,7 @@ package projection
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 
@@ -87,6 +88,10 @@ func (p *Projection) observeLag(ctx context.Context, o metric.Observer) error {
 		secs, seen := waiting[pos]
 		if lag > 0 && !seen {
 			page, err := p.store.ReadLog(ctx, eventstore.LogQuery{After: pos, Limit: 1})
+			var rerr *eventstore.RecordError
+			if errors.As(err, &rerr) { // unreadable, but its wait is known
+				page, err = eventstore.LogPage{Records: []eventstore.Record{rerr.Record}}, nil
+			}
 			if err != nil {
 				return fmt.Errorf("projection %s: time lag: %w", p.cfg.Name, err)
 			}

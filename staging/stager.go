@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/stagehand-es/stagehand"
 	"github.com/stagehand-es/stagehand/aggregate"
 	"github.com/stagehand-es/stagehand/eventstore"
 	"github.com/stagehand-es/stagehand/internal/telemetry"
@@ -20,7 +21,7 @@ import (
 // Errors of the staging package. Compare with errors.Is.
 var (
 	// ErrInvalidConfig: a stager, a mapping or a worker was configured with something missing or invalid.
-	ErrInvalidConfig = errors.New("staging: invalid configuration")
+	ErrInvalidConfig = stagehand.ErrInvalidConfig
 	// ErrInvalidMessage: a mapping returned a message that cannot be staged (no topic, unencodable payload).
 	ErrInvalidMessage = errors.New("staging: invalid message")
 )
@@ -67,6 +68,9 @@ var _ aggregate.Stager = (*Stager)(nil)
 // New resolves the strategy for the given event store and returns the stager. An explicitly requested strategy
 // without the parts it needs fails here, naming what is missing; it never silently degrades.
 func New(store eventstore.Store, cfg *Config) (*Stager, error) {
+	if err := cfg.check(); err != nil {
+		return nil, err
+	}
 	if cfg == nil {
 		return nil, fmt.Errorf("%w: a Config with a Mapping is required", ErrInvalidConfig)
 	}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/stagehand-es/stagehand/eventstore"
 	"github.com/stagehand-es/stagehand/internal/logfollow"
+	"github.com/stagehand-es/stagehand/internal/names"
 	"github.com/stagehand-es/stagehand/internal/telemetry"
 	"github.com/stagehand-es/stagehand/outbox"
 )
@@ -33,6 +34,17 @@ type WorkerConfig struct {
 	LeaseTTL time.Duration
 	// Owner names this process in the lease table. Default: host name and process ID.
 	Owner string
+	// OnFailure is what the worker does with an event whose mapping or staging keeps failing, or that cannot be
+	// read: Stop (the default) or Park. Events that fail are retried MaxAttempts times first, RetryDelay apart
+	// (doubling up to MaxRetryDelay); an event that cannot be read, or that the registry cannot decode, is given up on
+	// at once. Errors of the database connection are retried without counting.
+	OnFailure FailureMode
+	// MaxAttempts is how many times an event is tried before OnFailure applies. Default 5; at least 1.
+	MaxAttempts int
+	// RetryDelay is the wait after the first failure. Default 100ms. MaxRetryDelay caps the doubling. Default
+	// 30s; at least RetryDelay.
+	RetryDelay    time.Duration
+	MaxRetryDelay time.Duration
 	// Logger receives diagnostics. Default: silent.
 	Logger *slog.Logger
 	// TracerProvider creates the worker's stagehand.stage spans, each the child of the trace context recorded in
@@ -50,6 +62,9 @@ type WorkerConfig struct {
 type Worker struct {
 	kind      string
 	name      string
+	schema    string
+	store     eventstore.Store
+	poll      time.Duration
 	follower  *logfollow.Follower
 	outbox    *outbox.Outbox
 	mapping   *Mapping
@@ -80,14 +95,22 @@ func newWorker(kind string, store eventstore.Store, o *outbox.Outbox, m *Mapping
 	}
 	switch {
 	case store == nil:
-		return nil, fmt.Errorf("%w: %s: the event store is nil", ErrInvalidConfig, kind)
+		return nil, &ConfigError{Package: "staging", Component: workerName(kind, c.Name), Field: "store",
+			Reason: "(the event store) must not be nil"}
 	case o == nil:
-		return nil, fmt.Errorf("%w: %s: the outbox is nil", ErrInvalidConfig, kind)
+		return nil, &ConfigError{Package: "staging", Component: workerName(kind, c.Name), Field: "outbox",
+			Reason: "must not be nil"}
 	case m == nil:
-		return nil, fmt.Errorf("%w: %s: the mapping is nil", ErrInvalidConfig, kind)
+		return nil, &ConfigError{Package: "staging", Component: workerName(kind, c.Name), Field: "mapping",
+			Reason: "must not be nil"}
 	}
 	if err := m.Err(); err != nil {
 		return nil, err
+	}
+	if c.Name != "" {
+		if reason := names.Identifier(c.Name) + names.Text(c.Name); reason != "" {
+			return nil, &ConfigError{Package: "staging", Component: workerName(kind, c.Name), Field: "Name", Reason: reason}
+		}
 	}
 	if c.Schema == "" {
 		c.Schema = o.Schema()
@@ -100,7 +123,12 @@ func newWorker(kind string, store eventstore.Store, o *outbox.Outbox, m *Mapping
 		return nil, fmt.Errorf("%w: %s %q: the mapping maps no event type", ErrInvalidConfig, kind, workerName(kind,
 			c.Name))
 	}
-	w := &Worker{kind: kind, name: workerName(kind, c.Name), outbox: o, mapping: m, logger: c.Logger,
+	if c.OnFailure != Stop && c.OnFailure != Park {
+		return nil, &ConfigError{Package: "staging", Component: workerName(kind, c.Name), Field: "OnFailure",
+			Reason: fmt.Sprintf("must be Stop or Park, not %d", int(c.OnFailure))}
+	}
+	w := &Worker{kind: kind, name: workerName(kind, c.Name), schema: c.Schema, store: store,
+		poll: c.PollInterval, outbox: o, mapping: m, logger: c.Logger,
 		tracer: telemetry.Tracer(c.TracerProvider), strategy: Deferred}
 	if kind == "reconciler" {
 		w.strategy = EventuallyConsistent
@@ -117,12 +145,16 @@ func newWorker(kind string, store eventstore.Store, o *outbox.Outbox, m *Mapping
 		Owner:        c.Owner,
 		Logger:       c.Logger,
 		AfterCommit:  o.Notify,
+		MaxAttempts:  c.MaxAttempts, RetryDelay: c.RetryDelay, MaxRetryDelay: c.MaxRetryDelay,
+		OnExhausted: w.onExhausted(c.OnFailure),
 	})
 	if err != nil {
-		if ce := (*logfollow.ConfigError)(nil); errors.As(err, &ce) {
-			return nil, fmt.Errorf("%w: %s: %s %s", ErrInvalidConfig, workerName(kind, c.Name), ce.Field, ce.Reason)
+		var ce *ConfigError
+		if errors.As(err, &ce) {
+			return nil, &ConfigError{Package: "staging", Component: workerName(kind, c.Name), Field: ce.Field,
+				Reason: ce.Reason}
 		}
-		return nil, fmt.Errorf("%w: %s %q: %w", ErrInvalidConfig, kind, c.Name, err)
+		return nil, fmt.Errorf("staging: %s %q: %w", kind, c.Name, err)
 	}
 	w.follower = f
 	return w, nil
@@ -151,11 +183,23 @@ func (w *Worker) Run(ctx context.Context) error {
 	if err := w.outbox.RegisterWatermarkTx(ctx, w.outbox.Pool(), w.watermark, lag.Position); err != nil {
 		return fmt.Errorf("staging: %s: %w", w.name, err)
 	}
+	replayCtx, stopReplay := context.WithCancel(ctx)
+	replayDone := make(chan struct{})
+	go func() {
+		defer close(replayDone)
+		w.replayLoop(replayCtx, w.pollInterval())
+	}()
 	err = w.follower.Run(ctx)
-	if f := (*logfollow.HandlerError)(nil); errors.As(err, &f) {
-		return &WorkerError{Worker: w.name, Record: f.Record, Attempts: f.Attempts, Err: f.Err}
+	stopReplay()
+	<-replayDone
+	return workerError(w.name, err)
+}
+
+func (w *Worker) pollInterval() time.Duration {
+	if w.poll > 0 {
+		return w.poll
 	}
-	return err
+	return time.Second
 }
 
 // ErrWorkerStopped matches every *WorkerError.
@@ -206,7 +250,13 @@ func (w *Worker) Lag(ctx context.Context) (Lag, error) {
 	return Lag{Position: l.Position, Head: l.Head, Events: l.Events, Time: l.Time}, nil
 }
 
-func (w *Worker) handle(ctx context.Context, tx pgx.Tx, recs []eventstore.Record) (err error) {
+func (w *Worker) handle(ctx context.Context, tx pgx.Tx, recs []eventstore.Record) error {
+	return w.stage(ctx, tx, recs, true)
+}
+
+// stage maps recs and stages their messages on tx; advance moves the worker's watermark to the last of them (not
+// for a replayed parked event, which lies behind it).
+func (w *Worker) stage(ctx context.Context, tx pgx.Tx, recs []eventstore.Record, advance bool) (err error) {
 	stages := w.startStages(ctx, recs)
 	defer func() { stages.end(err) }()
 	var msgs []outbox.Message
@@ -223,7 +273,7 @@ func (w *Worker) handle(ctx context.Context, tx pgx.Tx, recs []eventstore.Record
 	ctx = stages.untraced(ctx)
 	// The watermark first, then the keys StageTx locks: the save path of EventuallyConsistent locks in the same
 	// order (watermark FOR SHARE, then keys), so the two never deadlock. Both commit together.
-	if len(recs) > 0 {
+	if len(recs) > 0 && advance {
 		if _, err := w.outbox.AdvanceWatermarkTx(ctx, tx, w.watermark, recs[len(recs)-1].Position); err != nil {
 			return err
 		}

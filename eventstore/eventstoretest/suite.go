@@ -36,6 +36,7 @@ func Run(t *testing.T, newStore Factory) {
 		{"AtomicAppend/AllEventsOfAnAppendGetConsecutiveVersions", testAppendAssignsVersions},
 		{"AtomicAppend/DuplicateEventIDAppendsNothing", testDuplicateEventIDAppendsNothing},
 		{"AtomicAppend/InvalidRequestsAreRejected", testInvalidAppend},
+		{"AtomicAppend/HostileNamesAreRejectedWithTypedErrors", testHostileNames},
 		{"OptimisticConcurrency/NoStream", testExpectNoStream},
 		{"OptimisticConcurrency/ExactVersion", testExpectExact},
 		{"OptimisticConcurrency/AnyVersion", testExpectAny},
@@ -159,6 +160,53 @@ func testInvalidAppend(t *testing.T, s eventstore.Store) {
 	require.ErrorIs(t, err, eventstore.ErrInvalidAppend)
 	_, err = s.Append(ctx(), eventstore.AppendRequest{StreamID: "s", Expected: -7, Events: events(1, "x")})
 	require.ErrorIs(t, err, eventstore.ErrInvalidAppend)
+}
+
+// testHostileNames: a tenant, stream ID, type or metadata value that PostgreSQL cannot store (NUL, invalid UTF-8),
+// or one past the documented lengths, fails before anything is stored with ErrInvalidAppend naming the field, in
+// every store alike, and never with a raw SQLSTATE. A log filter on such a tenant fails the same way.
+func testHostileNames(t *testing.T, s eventstore.Store) {
+	long := func(n int) string { return string(make([]byte, n)) }
+	big := func(n int) string {
+		b := make([]byte, n)
+		for i := range b {
+			b[i] = 'a'
+		}
+		return string(b)
+	}
+	cases := []struct {
+		name, want string
+		req        eventstore.AppendRequest
+	}{
+		{"tenant NUL", "NUL", eventstore.AppendRequest{Tenant: "a\x00b", StreamID: "s", Events: events(1, "x")}},
+		{"tenant 1MB", "longer than 255", eventstore.AppendRequest{Tenant: big(1 << 20), StreamID: "s",
+			Events: events(1, "x")}},
+		{"tenant bad UTF-8", "UTF-8", eventstore.AppendRequest{Tenant: "a\xffb", StreamID: "s", Events: events(1, "x")}},
+		{"stream NUL", "StreamID", eventstore.AppendRequest{StreamID: long(3), Events: events(1, "x")}},
+		{"stream too long", "StreamID", eventstore.AppendRequest{StreamID: big(eventstore.MaxStreamIDLen + 1),
+			Events: events(1, "x")}},
+		{"stream type", "StreamType", eventstore.AppendRequest{StreamID: "s", StreamType: "t\x00",
+			Events: events(1, "x")}},
+		{"event type", "Type", eventstore.AppendRequest{StreamID: "s", Events: events(1, "x\xc3")}},
+		{"metadata value", "metadata value", eventstore.AppendRequest{StreamID: "s", Events: []eventstore.EventData{
+			{Type: "x", Payload: []byte(`{}`), Metadata: eventstore.Metadata{"k": "v\x00"}}}}},
+	}
+	for _, c := range cases {
+		_, err := s.Append(ctx(), c.req)
+		require.ErrorIs(t, err, eventstore.ErrInvalidAppend, c.name)
+		require.ErrorContains(t, err, c.want, c.name)
+		require.NotContains(t, err.Error(), "SQLSTATE", c.name)
+	}
+	_, err := s.Append(ctx(), eventstore.AppendRequest{Tenant: "a\x00", StreamID: "s", Events: events(1, "x")})
+	require.ErrorIs(t, err, stagehand.ErrInvalidTenant)
+	_, err = s.ReadLog(ctx(), eventstore.LogQuery{Tenants: []string{"a\x00b"}})
+	require.ErrorIs(t, err, stagehand.ErrInvalidTenant)
+	head, err := s.HeadPosition(ctx())
+	require.NoError(t, err)
+	require.Zero(t, head, "nothing was stored")
+	// Separators and non-ASCII are ordinary tenant characters.
+	_, err = s.Append(ctx(), eventstore.AppendRequest{Tenant: "evil,B;€", StreamID: "s", Events: events(1, "x")})
+	require.NoError(t, err)
 }
 
 func requireConflict(t *testing.T, err error, stream string, expected eventstore.ExpectedVersion, actual int64) {

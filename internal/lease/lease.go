@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/stagehand-es/stagehand"
+	"github.com/stagehand-es/stagehand/internal/names"
 )
 
 // DB is what the lease queries need; *pgxpool.Pool, *pgx.Conn and pgx.Tx satisfy it.
@@ -41,24 +42,15 @@ type Config struct {
 	Logger *slog.Logger
 }
 
-// ConfigError names an invalid configuration field. It matches ErrInvalidConfig.
-type ConfigError struct {
-	Field  string
-	Reason string
-}
-
-func (e *ConfigError) Error() string {
-	return "invalid lease configuration: " + e.Field + " " + e.Reason
-}
-
-// Is matches ErrInvalidConfig.
-func (e *ConfigError) Is(target error) bool { return target == ErrInvalidConfig }
+// ConfigError is stagehand.ConfigError, the configuration error every stagehand package returns (Package ""
+// here). It matches ErrInvalidConfig.
+type ConfigError = stagehand.ConfigError
 
 // Errors of the lease package. Compare with errors.Is. No message of the package names it: they reach users
 // through the public packages (the relay, projections, staging workers).
 var (
 	// ErrInvalidConfig: a Manager was configured with an invalid value.
-	ErrInvalidConfig = errors.New("invalid lease configuration")
+	ErrInvalidConfig = stagehand.ErrInvalidConfig
 	// ErrLost: the lease is no longer held by this holder (it expired and was taken, or was released).
 	ErrLost = errors.New("lease lost")
 	// ErrFenced: a fenced write was attempted with a token that no longer holds the lease.
@@ -92,6 +84,9 @@ func (c *Config) withDefaults() (Config, error) {
 	}
 	if strings.TrimSpace(cfg.Schema) == "" {
 		return cfg, &ConfigError{Field: "Schema", Reason: "must not be blank"}
+	}
+	if reason := names.Identifier(cfg.Schema); reason != "" {
+		return cfg, &ConfigError{Field: "Schema", Reason: reason}
 	}
 	if cfg.Owner == "" {
 		cfg.Owner = DefaultOwner()

@@ -13,6 +13,8 @@ import (
 
 	"github.com/stagehand-es/stagehand"
 	"github.com/stagehand-es/stagehand/eventstore"
+	"github.com/stagehand-es/stagehand/internal/backoff"
+	"github.com/stagehand-es/stagehand/internal/names"
 )
 
 // Handler handles a batch of records in position order, writing through tx. The follower advances its
@@ -98,7 +100,7 @@ const LeasePrefix = "logfollow:"
 // follower's own errors are prefixed with its Kind and Name ("projection orders: ...").
 var (
 	// ErrInvalidConfig: a Follower was configured with an invalid value.
-	ErrInvalidConfig = errors.New("invalid configuration")
+	ErrInvalidConfig = stagehand.ErrInvalidConfig
 	// ErrPermanent marks a handler error that retrying cannot fix (see Permanent).
 	ErrPermanent = errors.New("permanent failure")
 	// ErrHandler matches the *HandlerError Run returns when a record exhausted its attempts.
@@ -107,18 +109,9 @@ var (
 	ErrAlreadyRunning = errors.New("already running")
 )
 
-// ConfigError names an invalid configuration field. It matches ErrInvalidConfig.
-type ConfigError struct {
-	Field  string
-	Reason string
-}
-
-func (e *ConfigError) Error() string {
-	return "invalid configuration: " + e.Field + " " + e.Reason
-}
-
-// Is matches ErrInvalidConfig.
-func (e *ConfigError) Is(target error) bool { return target == ErrInvalidConfig }
+// ConfigError is stagehand.ConfigError, the configuration error every stagehand package returns (Package ""
+// here). It matches ErrInvalidConfig.
+type ConfigError = stagehand.ConfigError
 
 // HandlerError is returned by Run when a record failed MaxAttempts times and no OnExhausted is set. It matches
 // ErrHandler and unwraps to the handler's last error.
@@ -165,6 +158,14 @@ func (c *Config) withDefaults() (Config, error) {
 	if strings.TrimSpace(cfg.Name) == "" {
 		return cfg, &ConfigError{Field: "Name", Reason: "is required"}
 	}
+	if reason := names.Text(cfg.Name); reason != "" {
+		return cfg, &ConfigError{Field: "Name", Reason: reason}
+	}
+	for _, t := range cfg.Tenants {
+		if err := stagehand.ValidateTenant(t); err != nil {
+			return cfg, &ConfigError{Field: "Tenants", Reason: err.Error()}
+		}
+	}
 	if cfg.Kind == "" {
 		cfg.Kind = "follower"
 	}
@@ -176,6 +177,9 @@ func (c *Config) withDefaults() (Config, error) {
 	}
 	if strings.TrimSpace(cfg.Schema) == "" {
 		return cfg, &ConfigError{Field: "Schema", Reason: "must not be blank"}
+	}
+	if reason := names.Identifier(cfg.Schema); reason != "" {
+		return cfg, &ConfigError{Field: "Schema", Reason: reason}
 	}
 	switch {
 	case cfg.BatchSize == 0:
@@ -266,4 +270,10 @@ func Label(kind, name string) string {
 // errorf formats an error of the follower, prefixed with its Label.
 func (f *Follower) errorf(format string, args ...any) error {
 	return fmt.Errorf("%s: "+format, append([]any{Label(f.cfg.Kind, f.cfg.Name)}, args...)...)
+}
+
+// retryDelay is the wait after failed attempt number attempts (1 = after the first): RetryDelay doubled per earlier
+// failure, capped by MaxRetryDelay, saturating rather than overflowing whatever the settings.
+func (c *Config) retryDelay(attempts int) time.Duration {
+	return backoff.Exponential(c.RetryDelay, c.MaxRetryDelay, attempts-1)
 }

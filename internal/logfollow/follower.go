@@ -189,6 +189,33 @@ func (f *Follower) loop(ctx context.Context, l lease.Lease, p *progress, notifie
 			page, err = f.readLog(ctx, p.pos)
 		}
 		if err != nil {
+			var rerr *eventstore.RecordError
+			if errors.As(err, &rerr) && rerr.Record.Position > p.pos && f.cfg.Select != nil &&
+				!f.cfg.Select(rerr.Record) {
+				// Not this follower's event (another partition's): pass it without reading it.
+				switch err := f.commit(ctx, l, p, &txBatch{last: rerr.Record.Position}, &pf); {
+				case err == nil:
+					p.pos = rerr.Record.Position
+				case errors.Is(err, lease.ErrFenced):
+					return err
+				case errors.Is(err, errMoved):
+					p.reload = true
+				default:
+					if !f.pause(ctx, p, err, "commit") {
+						return nil
+					}
+				}
+				continue
+			}
+			if errors.As(err, &rerr) && rerr.Record.Position > p.pos {
+				// The next event cannot be read at all: it fails like a handler that can never succeed on it,
+				// so the follower's failure mode applies (stop naming it, or give up on it and go on).
+				if stop := f.failed(ctx, l, p, []eventstore.Record{rerr.Record},
+					&handlerFailure{err: Permanent(err)}); stop != nil {
+					return stop
+				}
+				continue
+			}
 			if !f.pause(ctx, p, err, "read log") {
 				return nil
 			}
@@ -387,11 +414,7 @@ func (f *Follower) failed(ctx context.Context, l lease.Lease, p *progress, recs 
 		"position", rec.Position, "event_type", rec.Type, "attempt", p.attempts, "exhausted", exhausted,
 		"error", hf.err)
 	if !exhausted {
-		delay := f.cfg.RetryDelay << min(p.attempts-1, 30)
-		if delay > f.cfg.MaxRetryDelay || delay <= 0 {
-			delay = f.cfg.MaxRetryDelay
-		}
-		sleep(ctx, delay)
+		sleep(ctx, f.cfg.retryDelay(p.attempts))
 		return nil
 	}
 	herr := &HandlerError{Kind: f.cfg.Kind, Name: f.cfg.Name, Record: rec, Attempts: p.attempts, Err: hf.err}

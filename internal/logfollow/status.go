@@ -2,6 +2,7 @@ package logfollow
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -124,6 +125,11 @@ func LagAt(ctx context.Context, store eventstore.Store, position int64, now time
 	lag := Lag{Position: position, Head: head, Events: max(head-position, 0)}
 	if lag.Events > 0 {
 		page, err := store.ReadLog(ctx, eventstore.LogQuery{After: position, Limit: 1})
+		var rerr *eventstore.RecordError
+		if errors.As(err, &rerr) {
+			// The next event cannot be read, but when it was recorded is known: its wait is the lag.
+			page, err = eventstore.LogPage{Records: []eventstore.Record{rerr.Record}}, nil
+		}
 		if err != nil {
 			return Lag{}, err
 		}

@@ -20,6 +20,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/stagehand-es/stagehand/internal/names"
 )
 
 //go:embed sql/*.sql
@@ -44,8 +46,20 @@ type Status struct {
 // Applied reports whether the migration has been applied.
 func (s Status) Applied() bool { return !s.AppliedAt.IsZero() }
 
-// ErrInvalidSchema is returned for an empty schema name.
-var ErrInvalidSchema = errors.New("stagehand: the migration Schema must not be empty")
+// ErrInvalidSchema is matched by the error of a schema name that cannot be used (see CheckSchema).
+var ErrInvalidSchema = errors.New("stagehand: invalid migration Schema")
+
+// CheckSchema returns an error matching ErrInvalidSchema when schema is blank, longer than PostgreSQL keeps (63
+// bytes: a longer name would be cut, so two long names could name one schema), not UTF-8, or holds a NUL byte.
+func CheckSchema(schema string) error {
+	if strings.TrimSpace(schema) == "" {
+		return fmt.Errorf("%w: must not be blank", ErrInvalidSchema)
+	}
+	if reason := names.Identifier(schema); reason != "" {
+		return fmt.Errorf("%w: %q %s", ErrInvalidSchema, names.Cut(schema, 80), reason)
+	}
+	return nil
+}
 
 // FS returns the migration files (NNN_name.sql), for use with external migration tools.
 func FS() fs.FS {
@@ -96,8 +110,8 @@ type Beginner interface {
 // It runs in one transaction under a transaction-scoped advisory lock keyed on the schema, so it is idempotent and
 // safe to call concurrently from several processes: a second caller waits, then finds nothing to do.
 func Up(ctx context.Context, db Beginner, schema string, logger *slog.Logger) ([]Migration, error) {
-	if strings.TrimSpace(schema) == "" {
-		return nil, ErrInvalidSchema
+	if err := CheckSchema(schema); err != nil {
+		return nil, err
 	}
 	all, err := All()
 	if err != nil {
@@ -143,8 +157,8 @@ func Up(ctx context.Context, db Beginner, schema string, logger *slog.Logger) ([
 // List returns every known migration with the time it was applied to schema (zero when pending). A schema that
 // was never migrated lists everything as pending.
 func List(ctx context.Context, db Beginner, schema string) ([]Status, error) {
-	if strings.TrimSpace(schema) == "" {
-		return nil, ErrInvalidSchema
+	if err := CheckSchema(schema); err != nil {
+		return nil, err
 	}
 	all, err := All()
 	if err != nil {

@@ -87,7 +87,7 @@ func TestHostileSchemaNameIsQuoted(t *testing.T) {
 	t.Cleanup(func() { pgtest.DropSchema(t, pool, canary) })
 	pgtest.Exec(t, pool, "CREATE TABLE "+pgtest.Q(canary, "keep")+" (id int)")
 
-	hostile := `x"; DROP TABLE ` + canary + `.keep; --`
+	hostile := `x";DROP TABLE ` + canary + `.keep;--` // within the 63 bytes PostgreSQL keeps
 	t.Cleanup(func() { pgtest.DropSchema(t, pool, hostile) })
 	_, err := migrate.Up(ctx, pool, hostile, nil)
 	require.NoError(t, err)

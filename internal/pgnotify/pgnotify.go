@@ -9,6 +9,8 @@ package pgnotify
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"log/slog"
 	"sync"
 	"time"
@@ -164,11 +166,23 @@ func (h wakeHandler) HandleBacklog(context.Context, string, *pgx.Conn) error {
 	return nil
 }
 
-// Channel returns the notification channel name for a stagehand component in a schema.
+// Channel returns the notification channel name for a stagehand component in a schema: "stagehand.<schema>.
+// <component>" when that fits in PostgreSQL's 63 bytes, else "stagehand.<hash of the schema>.<component>", so
+// the name is always a whole, valid identifier (never cut inside a UTF-8 character) and two long schemas never
+// share a channel.
 func Channel(schema, component string) string {
 	name := "stagehand." + schema + "." + component
-	if len(name) > 63 { // PostgreSQL truncates identifiers at 63 bytes; keep the distinguishing tail.
-		name = name[len(name)-63:]
+	if len(name) <= maxChannel {
+		return name
+	}
+	sum := sha256.Sum256([]byte(schema))
+	name = "stagehand." + hex.EncodeToString(sum[:8]) + "." + component
+	if len(name) > maxChannel {
+		sum := sha256.Sum256([]byte(schema + "." + component))
+		name = "stagehand." + hex.EncodeToString(sum[:16])
 	}
 	return name
 }
+
+// maxChannel is the longest channel name PostgreSQL keeps, in bytes.
+const maxChannel = 63

@@ -1,0 +1,10 @@
+package eventstore
+
+import "context"
+
+// SetRecoveryProbe makes s see the answer of probe instead of pg_is_in_recovery(), so tests can stand for a
+// standby.
+func SetRecoveryProbe(s *PostgresStore, probe func(context.Context) (bool, error)) {
+	s.recoveryProbe = probe
+	s.primary.Store(false)
+}

@@ -1,0 +1,87 @@
+// Package jsonmeta reads the string-to-string metadata stagehand stores as jsonb (events, outbox rows, dead
+// letters), tolerantly: a row written by another tool with a value that is not a string must not make a reader
+// fail on every page that contains it.
+//
+// The rule, the same everywhere: a string value is read as it is; any other JSON value (a number, a boolean, null,
+// an array, an object) is read as its compact JSON text, so {"retries": 1} reads as "retries" → "1" and
+// {"a": {"b": [1, 2]}} as "a" → `{"b":[1,2]}`. An empty column, SQL NULL and JSON null read as no metadata. A column
+// that is not a JSON object at all cannot be read as metadata: Decode reports it, and Map keeps it under InvalidKey.
+package jsonmeta
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+)
+
+// InvalidKey is the key under which Map keeps the JSON text of a stored metadata value that is not a JSON object.
+const InvalidKey = "stagehand-invalid-metadata"
+
+// ErrNotObject: the stored metadata is JSON but not an object.
+var ErrNotObject = errors.New("metadata is not a JSON object")
+
+// Decode reads stored metadata by the package's rule. It returns nil for empty metadata.
+func Decode(b []byte) (map[string]string, error) {
+	b = bytes.TrimSpace(b)
+	if len(b) == 0 || string(b) == "null" || string(b) == "{}" {
+		return nil, nil
+	}
+	if b[0] != '{' {
+		if !json.Valid(b) {
+			return nil, fmt.Errorf("metadata is not valid JSON")
+		}
+		return nil, fmt.Errorf("%w: %s", ErrNotObject, truncate(b))
+	}
+	var raw map[string]json.RawMessage
+	if err := json.Unmarshal(b, &raw); err != nil {
+		return nil, fmt.Errorf("metadata is not valid JSON: %w", err)
+	}
+	if len(raw) == 0 {
+		return nil, nil
+	}
+	out := make(map[string]string, len(raw))
+	for k, v := range raw {
+		if len(v) > 0 && v[0] == '"' {
+			var s string
+			if err := json.Unmarshal(v, &s); err != nil {
+				return nil, fmt.Errorf("metadata value %q: %w", k, err)
+			}
+			out[k] = s
+			continue
+		}
+		var buf bytes.Buffer
+		if err := json.Compact(&buf, v); err != nil {
+			return nil, fmt.Errorf("metadata value %q: %w", k, err)
+		}
+		out[k] = buf.String()
+	}
+	return out, nil
+}
+
+// Map is metadata that scans from a jsonb column by the package's rule and never fails on valid JSON: a value that
+// is not an object is kept, as its JSON text, under InvalidKey, so a reader delivers the row instead of stalling
+// on it.
+type Map map[string]string
+
+// UnmarshalJSON implements json.Unmarshaler (pgx scans jsonb through it).
+func (m *Map) UnmarshalJSON(b []byte) error {
+	d, err := Decode(b)
+	if errors.Is(err, ErrNotObject) {
+		*m = Map{InvalidKey: string(bytes.TrimSpace(b))}
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	*m = d
+	return nil
+}
+
+func truncate(b []byte) string {
+	const n = 64
+	if len(b) <= n {
+		return string(b)
+	}
+	return string(b[:n]) + "..."
+}
