@@ -19,8 +19,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/stagehand-es/stagehand/internal/natsjs"
 	"github.com/stagehand-es/stagehand/outbox"
+	"github.com/stagehand-es/stagehand/proof/natsjs"
 )
 
 // The broker: an in-process NATS server with JetStream, which the suite can stop and start again on the same port

@@ -10,9 +10,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/stagehand-es/stagehand/internal/e2ebench"
 	"github.com/stagehand-es/stagehand/internal/pgtest"
 	"github.com/stagehand-es/stagehand/outbox"
+	"github.com/stagehand-es/stagehand/proof/e2ebench"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
@@ -23,7 +23,7 @@ func TestMain(m *testing.M) { pgtest.Main(m) }
 // It times itself: run it once. STAGEHAND_E2E_RELAY=high-throughput runs the relay with outbox.HighThroughput()
 // instead of the default Balanced().
 //
-//	go test ./internal/e2ebench -run '^$' -bench EndToEnd -benchtime 1x -timeout 30m
+//	go test ./proof/e2ebench -run '^$' -bench EndToEnd -benchtime 1x -timeout 30m
 func BenchmarkEndToEnd(b *testing.B) {
 	url := pgtest.DurableURL(b)
 	_, schema := pgtest.MigratedOn(b, url)

@@ -67,7 +67,7 @@ type Config struct {
 	Progress io.Writer
 }
 
-// CI is the size run by go test ./... (and so by .ci/run, with -race): 5,000 messages over 100 keys, 3 relay
+// CI is the size run by go test work (and so by .ci/run, with -race): 5,000 messages over 100 keys, 3 relay
 // processes killed every 1-3 s for a 12 s window (at least 3 kills), one PostgreSQL restart, a 3 s broker outage.
 func CI() Config {
 	return Config{

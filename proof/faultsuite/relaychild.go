@@ -20,8 +20,8 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/stagehand-es/stagehand/internal/natsjs"
 	"github.com/stagehand-es/stagehand/outbox"
+	"github.com/stagehand-es/stagehand/proof/natsjs"
 )
 
 // A relay process: the test binary re-executed with envChild=relay. It runs one outbox relay, through a Watermill

@@ -34,7 +34,7 @@ import (
 //
 //   - the forwarder path's append: SaveTx and watermill-sql's default-schema publish in one transaction.
 //
-//     go test ./internal/e2ebench -run '^$' -bench AppendCost -benchtime 1x
+//     go test ./proof/e2ebench -run '^$' -bench AppendCost -benchtime 1x
 func BenchmarkAppendCost(b *testing.B) {
 	url := pgtest.DurableURL(b)
 	_, schema := pgtest.MigratedOn(b, url)

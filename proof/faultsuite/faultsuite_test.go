@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/stagehand-es/stagehand/internal/faultsuite"
 	"github.com/stagehand-es/stagehand/internal/pgtest"
+	"github.com/stagehand-es/stagehand/proof/faultsuite"
 )
 
 func TestMain(m *testing.M) {

@@ -1,8 +1,8 @@
 // Package faultsuite is stagehand's fault-injection suite (issue 7): it breaks things on purpose while messages
 // flow and counts what was lost, reordered or applied twice. Its test is the command:
 //
-//	go test ./internal/faultsuite -run TestFaultSuite -v                        # CI size (also part of go test ./...)
-//	STAGEHAND_FAULTS=full go test ./internal/faultsuite -run TestFaultSuite -v -timeout 30m   # full size
+//	go test ./proof/faultsuite -run TestFaultSuite -v                        # CI size (also part of go test work)
+//	STAGEHAND_FAULTS=full go test ./proof/faultsuite -run TestFaultSuite -v -timeout 30m   # full size
 //
 // See README.md in this directory for what it does and what it asserts.
 package faultsuite

@@ -13,7 +13,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/stagehand-es/stagehand/internal/natsjs"
+	"github.com/stagehand-es/stagehand/proof/natsjs"
 )
 
 // The broker: an in-process NATS server with JetStream (file storage), one stream and one durable consumer per

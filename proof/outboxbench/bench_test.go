@@ -1,4 +1,4 @@
-package outbox_test
+package outboxbench_test
 
 import (
 	"context"
@@ -23,8 +23,8 @@ import (
 
 // Benchmarks run on a durable cluster (fsync and synchronous_commit on): pgtest.DurableURL, or DATABASE_URL.
 //
-//	go test ./outbox -run '^$' -bench 'Drain|Latency' -benchtime 1x
-//	STAGEHAND_OUTBOX_SOAK=5m go test ./outbox -run '^$' -bench Soak -benchtime 1x -timeout 20m
+//	go test ./proof/outboxbench -run '^$' -bench 'Drain|Latency' -benchtime 1x
+//	STAGEHAND_OUTBOX_SOAK=5m go test ./proof/outboxbench -run '^$' -bench Soak -benchtime 1x -timeout 20m
 
 // countingPublisher is a no-op Watermill publisher that counts.
 type countingPublisher struct{ n atomic.Int64 }

@@ -7,7 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/stagehand-es/stagehand/internal/faultsuite"
+	"github.com/stagehand-es/stagehand/proof/faultsuite"
 )
 
 func TestConfigErrorsNameTheField(t *testing.T) {

@@ -15,7 +15,7 @@
 // append's due time to the commit of the consumer's inbox transaction. The command (a durable cluster, about
 // 2.5 minutes):
 //
-//	go test ./internal/e2ebench -run '^$' -bench EndToEnd -benchtime 1x -timeout 30m
+//	go test ./proof/e2ebench -run '^$' -bench EndToEnd -benchtime 1x -timeout 30m
 //
 // BenchmarkAppendCost takes the append apart (the bare append, stagehand's Transactional Save, SaveTx with
 // outbox.StageTx, SaveTx with watermill-sql). See README.md in this directory for the method and the figures.

@@ -21,8 +21,8 @@ import (
 	"github.com/stagehand-es/stagehand"
 	"github.com/stagehand-es/stagehand/aggregate"
 	"github.com/stagehand-es/stagehand/eventstore"
-	"github.com/stagehand-es/stagehand/internal/natsjs"
 	"github.com/stagehand-es/stagehand/outbox"
+	"github.com/stagehand-es/stagehand/proof/natsjs"
 	"github.com/stagehand-es/stagehand/staging"
 )
 
