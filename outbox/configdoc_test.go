@@ -1,0 +1,52 @@
+package outbox
+
+import (
+	"context"
+	"reflect"
+	"testing"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/stagehand-es/stagehand/internal/doctable"
+)
+
+// The README's tables of Config, RelayConfig and InboxConfig have a row for every field, with the defaults New,
+// RelayConfig.settings and NewInbox apply to a zero configuration.
+func TestREADMEConfigTables(t *testing.T) {
+	t.Parallel()
+	pool, err := pgxpool.New(context.Background(), "postgres://doc@127.0.0.1:1/doc") // never connects
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	o, err := New(pool, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = o.Close() }()
+	doctable.Check(t, doctable.Find(t, "README.md", "`outbox.Config` (nil allowed)"), reflect.TypeFor[Config](), "",
+		map[string]any{"Schema": o.schema, "DisableNotify": false})
+
+	s, err := (&RelayConfig{}).settings(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	doctable.Check(t, doctable.Find(t, "README.md", "`outbox.RelayConfig` (nil means"), reflect.TypeFor[RelayConfig](),
+		"", map[string]any{
+			"BatchSize": s.batchSize, "PollingInterval": s.pollingInterval, "MaxRetryCount": s.maxRetryCount,
+			"RetryDelay": s.retryDelay, "MaxRetryDelay": s.maxRetryDelay, "Jitter": s.jitter,
+			"MaxDegreeOfParallelism": s.parallelism, "LeaseDuration": s.leaseDuration, "AckDeadline": s.ackDeadline,
+			"ReleaseKeyOnDeadLetter": s.releaseKey, "BrokerBackoff": s.brokerBackoff,
+			"MaxBrokerBackoff": s.maxBrokerBackoff, "DisableNotify": s.disableNotify,
+			"VacuumInterval": s.vacuumInterval, "LeaderElection": s.leader, "LeaderTTL": s.leaderTTL,
+			"SingleWriter": s.singleWriter, "Partitions": s.partitions,
+			"PartitionBy": map[PartitionBy]string{PartitionByKey: "PartitionByKey", PartitionByTenant: "PartitionByTenant"}[s.partitionBy],
+		})
+
+	in, err := o.NewInbox(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	doctable.Check(t, doctable.Find(t, "README.md", "`outbox.InboxConfig`"), reflect.TypeFor[InboxConfig](), "",
+		map[string]any{"MaxAttempts": in.maxAttempts})
+}

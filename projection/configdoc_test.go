@@ -1,0 +1,29 @@
+package projection
+
+import (
+	"reflect"
+	"testing"
+
+	"github.com/stagehand-es/stagehand/internal/doctable"
+	"github.com/stagehand-es/stagehand/internal/logfollow"
+)
+
+// The README's Config table has a row for every field, with the default the projection applies (withDefaults,
+// then the log follower for the fields it passes through unchanged).
+func TestREADMEConfigTable(t *testing.T) {
+	t.Parallel()
+	c, err := (&Config{Name: "doc"}).withDefaults()
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := (&logfollow.Config{Name: "doc"}).WithDefaults()
+	if err != nil {
+		t.Fatal(err)
+	}
+	tbl := doctable.Find(t, "README.md", "| field | default | validation / meaning |")
+	doctable.Check(t, tbl, reflect.TypeFor[Config](), "", map[string]any{
+		"Schema": c.Schema, "Partitions": c.Partitions, "OnFailure": c.OnFailure, "DisableListen": c.DisableListen,
+		"BatchSize": f.BatchSize, "PagesPerTx": f.PagesPerTx, "PollInterval": f.PollInterval,
+		"MaxAttempts": f.MaxAttempts, "RetryDelay": f.RetryDelay, "MaxRetryDelay": f.MaxRetryDelay,
+	})
+}
