@@ -13,7 +13,7 @@ import (
 	"github.com/stagehand-es/stagehand/staging"
 )
 
-// Defaults from seed 003 ("Monitoring", AddOutboxHealthCheck).
+// Defaults from the Excalibur outbox documentation ("Monitoring", AddOutboxHealthCheck).
 const (
 	DefaultDegradedInactivity   = 2 * time.Minute
 	DefaultUnhealthyInactivity  = 5 * time.Minute
@@ -49,14 +49,14 @@ type Config struct {
 	WorkerStatus func(ctx context.Context) ([]staging.WorkerStatus, error)
 
 	// DegradedInactivity and UnhealthyInactivity: a component that has work (ready messages, lag) but has made
-	// no progress for this long is Degraded, then Unhealthy. Defaults 2m and 5m (seed 003).
+	// no progress for this long is Degraded, then Unhealthy. Defaults 2m and 5m (the Excalibur outbox documentation).
 	// Rule: positive, and UnhealthyInactivity not below DegradedInactivity.
 	DegradedInactivity  time.Duration
 	UnhealthyInactivity time.Duration
-	// DegradedFailureRate and UnhealthyFailureRate are the percentages of failed relay deliveries (rejected or
-	// broker unreachable) within FailureWindow that make the relay Degraded, then Unhealthy. They need the relay's
-	// hooks from Checker.RelayHooks. Defaults 5 and 20 (seed 003). Rule: above 0, at most 100, Unhealthy not below
-	// Degraded.
+	// DegradedFailureRate and UnhealthyFailureRate are the percentages of failed relay deliveries (rejected or broker
+	// unreachable) within FailureWindow that make the relay Degraded, then Unhealthy. They need the relay's hooks from
+	// Checker.RelayHooks. Defaults 5 and 20 (the Excalibur outbox documentation). Rule: above 0, at most 100, Unhealthy
+	// not below Degraded.
 	DegradedFailureRate  float64
 	UnhealthyFailureRate float64
 	// FailureWindow is how far back the failure rate looks. Default 5m. Rule: at least 1s.

@@ -3,7 +3,7 @@
 // Unhealthy with a reason for every verdict, as a function (Check) and as an http.Handler (200 for Healthy and
 // Degraded, 503 for Unhealthy, the report as JSON).
 //
-// What it judges, with seed 003's thresholds as defaults (every one configurable):
+// What it judges, with the Excalibur outbox documentation's thresholds as defaults (every one configurable):
 //
 //   - Stalls. A component that has work but makes no progress is Degraded after 2 minutes and Unhealthy after 5,
 //     even when nothing reports an error. The checker samples progress on every check: the outbox's latest

@@ -118,8 +118,8 @@ func delivered(h outbox.Hooks, n, failed int) {
 	}
 }
 
-// The relay's failure rate: Degraded from 5 %, Unhealthy from 20 % (seed 003), judged only over enough
-// deliveries, forgotten once outside the window; user hooks still run.
+// The relay's failure rate: Degraded from 5 %, Unhealthy from 20 % (the Excalibur outbox documentation), judged only
+// over enough deliveries, forgotten once outside the window; user hooks still run.
 func TestFailureRateThresholds(t *testing.T) {
 	t.Parallel()
 	clk := newClock()

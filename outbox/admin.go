@@ -16,8 +16,8 @@ import (
 
 // Admin runs the operations on the outbox tables (statistics, dead letters, cleanup) for one scope: every tenant
 // (Outbox.AllTenants) or a single one (Outbox.Tenant). The estate-wide scope is reached by that method's name,
-// never by a wildcard tenant value, so a tenant that flowed in from a request cannot widen an operation (seed 003,
-// "Administrative operations reach every tenant").
+// never by a wildcard tenant value, so a tenant that flowed in from a request cannot widen an operation (the
+// Excalibur outbox documentation, "Administrative operations reach every tenant").
 //
 // A message is identified by (tenant, message ID, topic), and an inbox entry by (tenant, message ID, handler): two
 // tenants may use the same message ID. The operations that take a message ID act, in a tenant's scope, on that

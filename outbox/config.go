@@ -19,7 +19,7 @@ import (
 )
 
 // RelayConfig holds a relay's processing settings. A nil *RelayConfig means Balanced(); a zero field means the
-// default stated on it. The settings and their validation rules follow the Excalibur outbox (seed 003); profiles
+// default stated on it. The settings and their validation rules follow the Excalibur outbox documentation; profiles
 // HighThroughput, Balanced and HighReliability return its suggested starting points.
 type RelayConfig struct {
 	// BatchSize is how many rows one claim takes. Default 100. Rule: 1 to 10000.
@@ -195,20 +195,21 @@ func (o Outcome) String() string {
 // Retries returns a *int for RelayConfig.MaxRetryCount.
 func Retries(n int) *int { return &n }
 
-// HighThroughput is seed 003's profile for real-time event processing and high-volume systems.
+// HighThroughput is the Excalibur outbox documentation's profile for real-time event processing and high-volume
+// systems.
 func HighThroughput() *RelayConfig {
 	return &RelayConfig{BatchSize: 1000, PollingInterval: 100 * time.Millisecond, MaxRetryCount: Retries(3),
 		RetryDelay: time.Minute, MaxDegreeOfParallelism: 8}
 }
 
-// Balanced is seed 003's profile for most production workloads, and the default.
+// Balanced is the Excalibur outbox documentation's profile for most production workloads, and the default.
 func Balanced() *RelayConfig {
 	return &RelayConfig{BatchSize: 100, PollingInterval: time.Second, MaxRetryCount: Retries(5),
 		RetryDelay: 5 * time.Minute, MaxDegreeOfParallelism: 4}
 }
 
-// HighReliability is seed 003's profile for financial transactions and critical systems: small batches, long
-// backoff, sequential delivery.
+// HighReliability is the Excalibur outbox documentation's profile for financial transactions and critical systems:
+// small batches, long backoff, sequential delivery.
 func HighReliability() *RelayConfig {
 	return &RelayConfig{BatchSize: 10, PollingInterval: 5 * time.Second, MaxRetryCount: Retries(10),
 		RetryDelay: 15 * time.Minute, MaxDegreeOfParallelism: 1}

@@ -114,10 +114,10 @@ type DrainResult struct {
 	Unreachable int
 }
 
-// Drain publishes every message that is due now through pub, topic taken from the row, and returns when none is
-// left that this relay can take (others may be leased by other relays, backing off or scheduled later), when the
-// broker turns out to be unreachable, or when ctx ends. It runs no background loop: call it from a timer trigger in
-// serverless environments (seed 003, "Manual Processing"). Processing settings apply as for Subscribe.
+// Drain publishes every message that is due now through pub, topic taken from the row, and returns when none is left
+// that this relay can take (others may be leased by other relays, backing off or scheduled later), when the broker
+// turns out to be unreachable, or when ctx ends. It runs no background loop: call it from a timer trigger in serverless
+// environments (the Excalibur outbox documentation, "Manual Processing"). Processing settings apply as for Subscribe.
 func (r *Relay) Drain(ctx context.Context, pub message.Publisher) (DrainResult, error) {
 	g, err := r.start(ctx, nil, func(ctx context.Context, d *delivery) outcome {
 		return d.viaPublisher(ctx, pub)

@@ -17,9 +17,9 @@
 // The CLI goes through the packages' own operator APIs (stagehand.Migrate, outbox.Admin, projection.ListStatus,
 // eventstore.PostgresStore); it never reads or writes their tables itself.
 //
-// Outbox and inbox commands act on every tenant unless --tenant names one, and say so in their output: the
-// estate-wide scope is an operator report, never a tenant's view (seed 003, "Administrative operations reach
-// every tenant"). An explicitly empty --tenant "" means the reserved "no tenant" value, never every tenant.
+// Outbox and inbox commands act on every tenant unless --tenant names one, and say so in their output: the estate-wide
+// scope is an operator report, never a tenant's view (the Excalibur outbox documentation, "Administrative operations
+// reach every tenant"). An explicitly empty --tenant "" means the reserved "no tenant" value, never every tenant.
 //
 // Exit codes: 0 success, 1 a runtime failure (database unreachable, unknown dead letter, ...), 2 a usage error
 // (unknown command or flag, bad argument, no database URL), 130 interrupted (Ctrl-C) before the work was done.

@@ -469,7 +469,7 @@ func (a *app) outboxCleanupCommand() *cobra.Command {
 		Long: `Delete entries of the sent ledger (published or discarded messages) recorded more than AGE ago, in
 batches of --batch-size until none is left. Entries at or above the lowest registered watermark are kept whatever
 their age, so a component that re-stages from the event log cannot publish them twice. Pending and dead-lettered
-messages are never touched. Nothing schedules this for you: run it periodically (seed 003, "Cleanup").`,
+messages are never touched. Nothing schedules this for you: run it periodically (the Excalibur outbox documentation, "Cleanup").`,
 		Example: `  stagehand outbox cleanup --older-than 7d
   stagehand outbox cleanup --older-than 36h --batch-size 5000 --tenant acme --json`,
 		Args: cobra.NoArgs,

@@ -1,4 +1,4 @@
-// Package e2ebench is stagehand's end-to-end benchmark (issue 7): append → handled through stagehand beside
+// Package e2ebench is stagehand's end-to-end benchmark: append → handled through stagehand beside
 // watermill-sql's default schema with Watermill's forwarder, on the same PostgreSQL and the same NATS JetStream
 // broker, in the same run.
 //

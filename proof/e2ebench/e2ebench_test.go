@@ -17,7 +17,7 @@ import (
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
 
-// BenchmarkEndToEnd is the end-to-end benchmark (issue 7): append → handled through stagehand (Transactional
+// BenchmarkEndToEnd is the end-to-end benchmark: append → handled through stagehand (Transactional
 // staging, the relay, NATS JetStream, an inbox-wrapped consumer) beside watermill-sql's default schema with
 // Watermill's forwarder to the same broker and the same consumer logic, on a durable cluster, in the same run.
 // It times itself: run it once. STAGEHAND_E2E_RELAY=high-throughput runs the relay with outbox.HighThroughput()

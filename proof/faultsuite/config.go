@@ -79,7 +79,7 @@ func CI() Config {
 	}
 }
 
-// Full is the size of issue 7: 100,000 messages over 1,000 keys, 3 relay processes killed every 1-3 s for a 60 s
+// Full is the full size: 100,000 messages over 1,000 keys, 3 relay processes killed every 1-3 s for a 60 s
 // window, PostgreSQL restarted twice, the broker stopped for 10 s.
 func Full() Config {
 	return Config{

@@ -1,4 +1,4 @@
-// Package faultsuite is stagehand's fault-injection suite (issue 7): it breaks things on purpose while messages
+// Package faultsuite is stagehand's fault-injection suite: it breaks things on purpose while messages
 // flow and counts what was lost, reordered or applied twice. Its test is the command:
 //
 //	go test ./proof/faultsuite -run TestFaultSuite -v                        # CI size (also part of go test work)

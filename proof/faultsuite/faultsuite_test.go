@@ -19,7 +19,7 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// TestFaultSuite is the fault-injection suite (issue 7): relays killed with SIGKILL, PostgreSQL restarted, the
+// TestFaultSuite is the fault-injection suite: relays killed with SIGKILL, PostgreSQL restarted, the
 // broker stopped, publishes rejected and acknowledgements dropped, all while messages are produced; afterwards
 // nothing may be lost, no key reordered at the broker and no effect applied twice behind the inbox. The CI size
 // runs by default; STAGEHAND_FAULTS=full runs the full size. STAGEHAND_FAULTS_VERBOSE=1 streams the components'

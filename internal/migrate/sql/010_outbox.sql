@@ -7,7 +7,7 @@
 --                       table stays small and cheap to vacuum however long the system runs.
 --   outbox_sent         a compact ledger of published (or discarded) message IDs. Staging the same ID for the same
 --                       topic again inserts nothing while it is here; cleanup removes entries by age and below the lowest
---                       watermark ("Sent rows and re-staging" in DESIGN.md).
+--                       watermark ("Sent rows and re-staging" in docs/design.md).
 --   outbox_dead_letters messages whose retries are used up, with everything needed to redrive them.
 --   outbox_keys         one counter per partition key; staging locks it, so sequence numbers follow staging-commit
 --                       order even when transactions stage the same key concurrently.
@@ -56,7 +56,7 @@ CREATE TABLE outbox (
     fillfactor = 70,
     -- The table is a queue: rows are inserted and deleted all day. Vacuum it after a fixed number of dead rows
     -- rather than a fraction of a table that is nearly empty, at full speed, so dead index entries do not pile up
-    -- at the head of the claim index (DESIGN.md, measured ceilings, lesson 1).
+    -- at the head of the claim index (docs/design.md, "Measured ceilings").
     autovacuum_vacuum_scale_factor = 0,
     autovacuum_vacuum_threshold = 2000,
     autovacuum_vacuum_insert_scale_factor = 0,
