@@ -215,9 +215,6 @@ type dbtx interface {
 	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
 }
 
-// errRetry marks a lost race of an AnyVersion or StreamExists append, which is simply retried.
-var errRetry = errors.New("eventstore: retry")
-
 func (s *PostgresStore) append(ctx context.Context, db dbtx, req AppendRequest, savepoint bool) (AppendResult, error) {
 	// After a savepoint rollback the caller's transaction is usable and sees its own writes; otherwise the
 	// version is read outside it. Only an append that owns its transaction (or its savepoint) may retry.

@@ -100,9 +100,7 @@ func TestConcurrentWritersCommittingAndAbortingOutOfOrder(t *testing.T) {
 	var wg sync.WaitGroup
 	var committed atomic.Int64
 	for g := range writers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			ctx := context.Background()
 			id := fmt.Sprintf("w%d", g)
 			version := int64(0)
@@ -127,7 +125,7 @@ func TestConcurrentWritersCommittingAndAbortingOutOfOrder(t *testing.T) {
 				version += int64(len(events))
 				committed.Add(int64(len(events)))
 			}
-		}()
+		})
 	}
 	wg.Wait()
 	pgtest.Eventually(t, 15*time.Second, caughtUp(t, w, p), "catch-up")

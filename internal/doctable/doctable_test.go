@@ -17,8 +17,10 @@ type cfg struct {
 	Name    string
 	A, B    time.Duration
 	Enabled bool
-	hidden  int
+	hidden  int // unexported: needs no row
 }
+
+var _ = cfg{}.hidden
 
 const doc = "# T\n\n### `cfg`\n\n| field | default | rule |\n| --- | --- | --- |\n" +
 	"| `Size` | 100 (1 to 1000) | |\n| `Wait` | `2m` | |\n| `Name` | `\"x\"` | |\n| `A`, `B` | 1s, 5s | |\n" +

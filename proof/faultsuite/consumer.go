@@ -30,12 +30,11 @@ const inboxHandlerName = "faults-effects"
 var errRedeliver = errors.New("faultsuite: acknowledgement dropped on purpose after the inbox committed")
 
 type consumerCounts struct {
-	deliveries   atomic.Int64 // every call of the handler
-	handled      atomic.Int64 // the inbox ran the handler and committed
-	suppressed   atomic.Int64 // the inbox found the message handled already and skipped it
-	failed       atomic.Int64 // the handler or the inbox failed: nacked, delivered again
-	deadLettered atomic.Int64 // the inbox dead-lettered it
-	redelivered  atomic.Int64 // acknowledgements dropped on purpose
+	deliveries  atomic.Int64 // every call of the handler
+	handled     atomic.Int64 // the inbox ran the handler and committed
+	suppressed  atomic.Int64 // the inbox found the message handled already and skipped it
+	failed      atomic.Int64 // the handler or the inbox failed: nacked, delivered again
+	redelivered atomic.Int64 // acknowledgements dropped on purpose
 }
 
 type consumers struct {

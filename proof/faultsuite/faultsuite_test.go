@@ -73,9 +73,7 @@ type ringWriter struct {
 func (r *ringWriter) Write(p []byte) (int, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	for _, l := range strings.Split(strings.TrimRight(string(p), "\n"), "\n") {
-		r.lines = append(r.lines, l)
-	}
+	r.lines = append(r.lines, strings.Split(strings.TrimRight(string(p), "\n"), "\n")...)
 	if len(r.lines) > r.max {
 		r.lines = append([]string(nil), r.lines[len(r.lines)-r.max:]...)
 	}
