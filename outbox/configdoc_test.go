@@ -38,7 +38,7 @@ func TestREADMEConfigTables(t *testing.T) {
 			"MaxDegreeOfParallelism": s.parallelism, "LeaseDuration": s.leaseDuration, "AckDeadline": s.ackDeadline,
 			"ReleaseKeyOnDeadLetter": s.releaseKey, "BrokerBackoff": s.brokerBackoff,
 			"MaxBrokerBackoff": s.maxBrokerBackoff, "DisableNotify": s.disableNotify,
-			"VacuumInterval": s.vacuumInterval, "LeaderElection": s.leader, "LeaderTTL": s.leaderTTL,
+			"VacuumInterval": s.vacuumInterval, "VacuumAfterRows": s.vacuumAfterRows, "LeaderElection": s.leader, "LeaderTTL": s.leaderTTL,
 			"SingleWriter": s.singleWriter, "Partitions": s.partitions,
 			"PartitionBy": map[PartitionBy]string{PartitionByKey: "PartitionByKey", PartitionByTenant: "PartitionByTenant"}[s.partitionBy],
 		})
