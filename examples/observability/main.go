@@ -26,6 +26,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -95,6 +96,7 @@ func (o *Order) Apply(e any) {
 func run(ctx context.Context, out io.Writer, cfg config) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	out = &lockedWriter{w: out} // spans are printed from the goroutines that end them
 
 	// 1. The application's telemetry pipeline: an SDK meter provider whose reader is the Prometheus exporter (on
 	//    a registry of its own), and an SDK tracer provider printing spans.
@@ -283,4 +285,16 @@ func scrape(ctx context.Context, url string) ([]string, error) {
 		}
 	}
 	return out, sc.Err()
+}
+
+// lockedWriter serialises writes to w, which the exporter and the program share.
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }
