@@ -48,5 +48,5 @@ func TestREADMEConfigTables(t *testing.T) {
 		t.Fatal(err)
 	}
 	doctable.Check(t, doctable.Find(t, "README.md", "`outbox.InboxConfig`"), reflect.TypeFor[InboxConfig](), "",
-		map[string]any{"MaxAttempts": in.maxAttempts})
+		map[string]any{"MaxAttempts": in.maxAttempts, "ContentionRetries": in.contention})
 }

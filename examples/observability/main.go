@@ -45,8 +45,8 @@ import (
 	"github.com/stagehand-es/stagehand"
 	"github.com/stagehand-es/stagehand/aggregate"
 	"github.com/stagehand-es/stagehand/eventstore"
-	"github.com/stagehand-es/stagehand/internal/pgtest"
 	"github.com/stagehand-es/stagehand/outbox"
+	"github.com/stagehand-es/stagehand/stagehandtest"
 	"github.com/stagehand-es/stagehand/staging"
 )
 
@@ -133,11 +133,11 @@ func run(ctx context.Context, out io.Writer, cfg config) error {
 	url := cfg.databaseURL
 	if url == "" {
 		fmt.Fprintln(out, "starting a throwaway PostgreSQL (set DATABASE_URL or -database-url to use yours)...")
-		pg, err := pgtest.Start(ctx, pgtest.Options{})
+		pg, err := stagehandtest.Start(ctx)
 		if err != nil {
 			return err
 		}
-		defer pg.Stop()
+		defer func() { _ = pg.Stop() }()
 		url = pg.URL()
 	}
 	pool, err := pgxpool.New(ctx, url)

@@ -8,19 +8,17 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/stagehand-es/stagehand/internal/pgtest"
+	"github.com/stagehand-es/stagehand/stagehandtest"
 )
 
-func TestMain(m *testing.M) { pgtest.Main(m) }
+func TestMain(m *testing.M) { stagehandtest.Main(m) }
 
 // The example exports stagehand's metrics to Prometheus and its spans to the writer: the scrape shows the
 // counters of every stage with the right counts, and the trace output has the spans of save, relay and inbox.
 func TestObservabilityExample(t *testing.T) {
 	var out bytes.Buffer
-	schema := pgtest.NewSchemaName(t)
-	pool := pgtest.Pool(t)
-	t.Cleanup(func() { pgtest.DropSchema(t, pool, schema) })
-	err := run(context.Background(), &out, config{databaseURL: pgtest.URL(t), schema: schema,
+	schema := stagehandtest.SchemaName(t)
+	err := run(context.Background(), &out, config{databaseURL: stagehandtest.URL(t), schema: schema,
 		listen: "127.0.0.1:0", orders: 5, traces: true})
 	require.NoError(t, err, out.String())
 	s := out.String()
