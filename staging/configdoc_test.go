@@ -24,8 +24,11 @@ func TestREADMEConfigTable(t *testing.T) {
 		"ReconcilerName": strings.TrimPrefix(workerName("reconciler", zero.ReconcilerName), "reconciler:"),
 	})
 	doctable.Check(t, tbl, reflect.TypeFor[WorkerConfig](), "WorkerConfig.", map[string]any{
-		"Name":         strings.TrimPrefix(workerName("stager", ""), "stager:"),
-		"BatchSize":    f.BatchSize,
-		"PollInterval": f.PollInterval,
+		"Name":          strings.TrimPrefix(workerName("stager", ""), "stager:"),
+		"BatchSize":     f.BatchSize,
+		"PollInterval":  f.PollInterval,
+		"MaxAttempts":   f.MaxAttempts,
+		"RetryDelay":    f.RetryDelay,
+		"MaxRetryDelay": f.MaxRetryDelay,
 	})
 }
