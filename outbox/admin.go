@@ -25,16 +25,27 @@ import (
 type Admin struct {
 	o      *Outbox
 	tenant *string // nil: every tenant
+	err    error   // the tenant is not accepted: every operation returns this
 }
 
 // AllTenants returns the estate-wide operations: their results cover every tenant. Treat them as operator reports;
 // do not show them to a tenant as though they described that tenant alone.
 func (o *Outbox) AllTenants() *Admin { return &Admin{o: o} }
 
-// Tenant returns the operations confined to one tenant ("" means stagehand.NoTenant).
+// Tenant returns the operations confined to one tenant ("" means stagehand.NoTenant). A tenant that
+// stagehand.ValidateTenant refuses makes every operation of the scope fail with that error (matching
+// stagehand.ErrInvalidTenant) before anything reaches the database.
 func (o *Outbox) Tenant(tenant string) *Admin {
 	t := stagehand.NormalizeTenant(tenant)
-	return &Admin{o: o, tenant: &t}
+	return &Admin{o: o, tenant: &t, err: stagehand.ValidateTenant(t)}
+}
+
+// valid returns the scope's tenant error, if any.
+func (a *Admin) valid() error {
+	if a.err != nil {
+		return fmt.Errorf("outbox: %w", a.err)
+	}
+	return nil
 }
 
 // Stats describes the outbox at one instant.
@@ -68,6 +79,9 @@ type Stats struct {
 
 // Stats returns the outbox statistics of the scope.
 func (a *Admin) Stats(ctx context.Context) (Stats, error) {
+	if err := a.valid(); err != nil {
+		return Stats{}, err
+	}
 	now := a.o.now()
 	var st Stats
 	var oldest *time.Time
@@ -113,6 +127,9 @@ type ListOptions struct {
 
 // DeadLetters lists the dead letters of the scope, oldest first.
 func (a *Admin) DeadLetters(ctx context.Context, opts ListOptions) ([]DeadLetter, error) {
+	if err := a.valid(); err != nil {
+		return nil, err
+	}
 	if opts.Limit <= 0 {
 		opts.Limit = 100
 	}
@@ -144,6 +161,9 @@ func (a *Admin) DeadLetters(ctx context.Context, opts ListOptions) ([]DeadLetter
 // same ID was staged for several topics (or, estate-wide, by several tenants) it returns the oldest;
 // ListOptions.ID lists them all.
 func (a *Admin) DeadLetter(ctx context.Context, id string) (DeadLetter, error) {
+	if err := a.valid(); err != nil {
+		return DeadLetter{}, err
+	}
 	rows, err := a.o.pool.Query(ctx, a.o.q.getDead, id, a.tenant)
 	if err != nil {
 		return DeadLetter{}, fmt.Errorf("outbox: dead letter %q: %w", id, err)
@@ -208,6 +228,9 @@ func (e *UnknownIDsError) Is(target error) bool { return target == ErrNotFound }
 // error is an *UnknownIDsError (errors.Is(err, ErrNotFound)) naming the unknown ones. Any other error means nothing
 // moved.
 func (a *Admin) Redrive(ctx context.Context, ids ...string) (int, error) {
+	if err := a.valid(); err != nil {
+		return 0, err
+	}
 	return a.move(ctx, "redrive", a.o.q.redrive, ids, false)
 }
 
@@ -216,6 +239,9 @@ func (a *Admin) Redrive(ctx context.Context, ids ...string) (int, error) {
 // deleted. Unknown IDs are reported as by Redrive: the known ones are discarded and the error is an
 // *UnknownIDsError naming the others.
 func (a *Admin) Discard(ctx context.Context, ids ...string) (int, error) {
+	if err := a.valid(); err != nil {
+		return 0, err
+	}
 	return a.move(ctx, "discard", a.o.q.discard, ids, true)
 }
 
@@ -306,6 +332,9 @@ func (a *Admin) moveDead(ctx context.Context, query string, ids []string, releas
 // (a reconciler, a Deferred stager) cannot publish them twice; with no watermark registered only age counts.
 // Pending and dead-lettered messages are never touched.
 func (a *Admin) CleanupSent(ctx context.Context, olderThan time.Duration, batchSize int) (int64, error) {
+	if err := a.valid(); err != nil {
+		return 0, err
+	}
 	if batchSize <= 0 {
 		batchSize = 1000
 	}
@@ -329,6 +358,9 @@ func (a *Admin) CleanupSent(ctx context.Context, olderThan time.Duration, batchS
 // Discarded dead letters do not count. A progress probe passes its previous answer, so only the newest ledger
 // entries are read (the ledger's sent_at index is a BRIN); the zero time reads the whole ledger once.
 func (a *Admin) LastPublished(ctx context.Context, after time.Time) (time.Time, error) {
+	if err := a.valid(); err != nil {
+		return time.Time{}, err
+	}
 	var last *time.Time
 	q := `SELECT max(sent_at) FROM ` + pgx.Identifier{a.o.schema, "outbox_sent"}.Sanitize() + `
 		WHERE sent_at > $1 AND outcome = 'sent' AND ($2::text IS NULL OR tenant_id = $2)`
@@ -419,6 +451,9 @@ type InboxStats struct {
 
 // InboxStats returns the inbox statistics of the scope.
 func (a *Admin) InboxStats(ctx context.Context) (InboxStats, error) {
+	if err := a.valid(); err != nil {
+		return InboxStats{}, err
+	}
 	var st InboxStats
 	var oldest *time.Time
 	if err := a.o.pool.QueryRow(ctx, a.o.q.inboxStats, a.tenant).Scan(&st.Handled, &oldest, &st.Failing,
@@ -436,6 +471,9 @@ func (a *Admin) InboxStats(ctx context.Context) (InboxStats, error) {
 // longer than anything may redeliver a message (see DefaultInboxRetention): a duplicate arriving after its entry is
 // gone is handled again.
 func (a *Admin) CleanupInbox(ctx context.Context, olderThan time.Duration, batchSize int) (int64, error) {
+	if err := a.valid(); err != nil {
+		return 0, err
+	}
 	if olderThan <= 0 {
 		olderThan = DefaultInboxRetention
 	}
@@ -483,6 +521,9 @@ type InboxListOptions struct {
 
 // InboxDeadLetters lists the inbox dead letters of the scope, oldest first.
 func (a *Admin) InboxDeadLetters(ctx context.Context, opts InboxListOptions) ([]InboxDeadLetter, error) {
+	if err := a.valid(); err != nil {
+		return nil, err
+	}
 	if opts.Limit <= 0 {
 		opts.Limit = 100
 	}
@@ -517,6 +558,9 @@ func (a *Admin) InboxDeadLetters(ctx context.Context, opts InboxListOptions) ([]
 // or estate-wide every tenant's with that message ID. The inbox entry stays, so redeliveries of the message are
 // still skipped until cleanup. It returns ErrNotFound when there is no such dead letter.
 func (a *Admin) DiscardInboxDeadLetter(ctx context.Context, handler, messageID string) error {
+	if err := a.valid(); err != nil {
+		return err
+	}
 	tag, err := a.o.pool.Exec(ctx, a.o.q.inboxRm, messageID, handler, a.tenant)
 	if err != nil {
 		return fmt.Errorf("outbox: discard inbox dead letter: %w", err)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/jackc/pgx/v5"
@@ -61,4 +62,28 @@ func TestInboxRefusesHostileTenants(t *testing.T) {
 	require.ErrorIs(t, err, outbox.ErrInvalidMessage)
 	require.NotContains(t, err.Error(), "SQLSTATE")
 	require.Zero(t, e.count("inbox"))
+}
+
+// An admin scope is a filter a tenant value enters through: a tenant PostgreSQL cannot hold (a NUL byte) or one
+// longer than the accepted length fails every operation of the scope with ErrInvalidTenant, before any statement.
+func TestAdminScopeRefusesHostileTenants(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	ctx := context.Background()
+	for _, tenant := range []string{"a\x00b", strings.Repeat("t", 1<<20), "bad\xffutf8"} {
+		a := e.ob.Tenant(tenant)
+		_, err := a.Stats(ctx)
+		require.ErrorIs(t, err, stagehand.ErrInvalidTenant)
+		_, err = a.DeadLetters(ctx, outbox.ListOptions{})
+		require.ErrorIs(t, err, stagehand.ErrInvalidTenant)
+		_, err = a.Redrive(ctx, "m")
+		require.ErrorIs(t, err, stagehand.ErrInvalidTenant)
+		_, err = a.CleanupSent(ctx, time.Hour, 10)
+		require.ErrorIs(t, err, stagehand.ErrInvalidTenant)
+		_, err = a.InboxStats(ctx)
+		require.ErrorIs(t, err, stagehand.ErrInvalidTenant)
+		require.ErrorIs(t, a.DiscardInboxDeadLetter(ctx, "h", "m"), stagehand.ErrInvalidTenant)
+	}
+	_, err := e.ob.Tenant("acme").Stats(ctx)
+	require.NoError(t, err)
 }

@@ -59,6 +59,9 @@ DELETE FROM ` + attempts + ` WHERE message_id = $1 AND handler = $2 AND tenant_i
 // ErrNotFound. Estate-wide, when several tenants have a dead letter with that ID and handler, the first tenant's
 // (by name) is returned.
 func (a *Admin) InboxDeadLetter(ctx context.Context, handler, messageID string) (InboxDeadLetter, error) {
+	if err := a.valid(); err != nil {
+		return InboxDeadLetter{}, err
+	}
 	rows, err := a.o.pool.Query(ctx, newInboxRedriveSQL(a.o.schema).get, messageID, handler, a.tenant)
 	if err != nil {
 		return InboxDeadLetter{}, fmt.Errorf("outbox: inbox dead letter: %w", err)
@@ -98,6 +101,9 @@ type InboxRedriveFilter struct {
 // matching ErrNotFound when there is no such dead letter (a message redriven before and handled since has none:
 // redriving it again does nothing).
 func (a *Admin) RedriveInboxDeadLetter(ctx context.Context, handler, messageID, topic string) error {
+	if err := a.valid(); err != nil {
+		return err
+	}
 	n, err := a.RedriveInboxDeadLetters(ctx, InboxRedriveFilter{Handler: handler, MessageIDs: []string{messageID},
 		Topic: topic})
 	if err != nil {
@@ -118,6 +124,9 @@ func (a *Admin) RedriveInboxDeadLetter(ctx context.Context, handler, messageID, 
 // the race makes the copy a duplicate), and every other handler on the topic acknowledges it without running. So
 // a relay must run on the outbox of the inbox's database for a redrive to be delivered.
 func (a *Admin) RedriveInboxDeadLetters(ctx context.Context, f InboxRedriveFilter) (int, error) {
+	if err := a.valid(); err != nil {
+		return 0, err
+	}
 	q := newInboxRedriveSQL(a.o.schema)
 	var handler *string
 	if f.Handler != "" {
