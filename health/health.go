@@ -120,6 +120,19 @@ type OutboxDetails struct {
 	LastPublishedAt *time.Time `json:"last_published_at,omitempty"`
 	// Inactive is how long ready messages have waited without any publication (0 while progressing or idle).
 	Inactive Duration `json:"inactive_seconds"`
+	// Maintenance is the latest routine maintenance pass (outbox.Admin.Maintenance); nil when none ever ran.
+	Maintenance *MaintenanceDetails `json:"maintenance,omitempty"`
+}
+
+// MaintenanceDetails describe the latest routine maintenance pass of the outbox.
+type MaintenanceDetails struct {
+	StartedAt time.Time `json:"started_at"`
+	// FinishedAt is nil while the pass runs, or when its process died during it.
+	FinishedAt *time.Time `json:"finished_at,omitempty"`
+	Owner      string     `json:"owner"`
+	LastError  string     `json:"last_error,omitempty"`
+	// Overdue is true when no pass started within three of its intervals.
+	Overdue bool `json:"overdue"`
 }
 
 // RelayDetails are the relay figures a check saw, from the hooks of Checker.RelayHooks.
@@ -327,6 +340,24 @@ func (c *Checker) checkOutbox(ctx context.Context, now time.Time) Component {
 	d.Inactive = Duration(idle)
 	c.inactive(&v, idle, "%d messages ready but none published for %s (oldest pending for %s)", ready,
 		idle.Round(time.Second), st.OldestPendingAge.Round(time.Second))
+	if m, ran, err := c.cfg.Outbox.Maintenance(ctx); err != nil {
+		v.add(Degraded, "cannot read the maintenance record: %v", err)
+	} else if ran {
+		md := MaintenanceDetails{StartedAt: m.StartedAt, Owner: m.Owner, LastError: m.LastError,
+			Overdue: m.Overdue(now)}
+		if !m.FinishedAt.IsZero() {
+			t := m.FinishedAt
+			md.FinishedAt = &t
+		}
+		d.Maintenance = &md
+		switch {
+		case md.Overdue:
+			v.add(Degraded, "routine maintenance has not run for %s (every %s expected, last by %s): the sent "+
+				"ledger and the inbox grow without it", now.Sub(m.StartedAt).Round(time.Second), m.Interval, m.Owner)
+		case m.LastError != "":
+			v.add(Degraded, "the latest maintenance pass failed: %s", m.LastError)
+		}
+	}
 	if c.cfg.DeadLetters > 0 && st.DeadLettered >= c.cfg.DeadLetters {
 		if st.HeldByDeadLetter > 0 {
 			v.add(Degraded, "%d dead letters wait to be redriven or discarded, holding %d later messages of their keys",

@@ -682,3 +682,40 @@ func (b *safeBuffer) String() string {
 }
 
 func newLogger(w io.Writer) *slog.Logger { return slog.New(slog.NewTextHandler(w, nil)) }
+
+// The latest routine maintenance pass, as recorded by the outbox: overdue or failed is Degraded, with the reason.
+func TestMaintenanceOverdueOrFailing(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	ctx := context.Background()
+	clk := newClock()
+	c := newChecker(t, health.Config{Clock: clk.Now, Outbox: e.ob.AllTenants()})
+	r := c.Check(ctx)
+	require.Equal(t, health.Healthy, r.Status, "no pass ever ran: nothing to judge")
+	require.Nil(t, component(t, r, "outbox").Outbox.Maintenance)
+
+	maint := pgtest.Q(e.schema, "outbox_maintenance")
+	_, err := e.pool.Exec(ctx, `INSERT INTO `+maint+` (owner, interval_seconds, started_at, finished_at, passes)
+		VALUES ('host/maintenance/1', 60, $1, $1, 1)`, clk.Now().Add(-time.Hour))
+	require.NoError(t, err)
+	r = c.Check(ctx)
+	require.Equal(t, health.Degraded, r.Status)
+	require.Contains(t, strings.Join(r.Reasons, "\n"), "routine maintenance has not run for 1h0m0s")
+	require.True(t, component(t, r, "outbox").Outbox.Maintenance.Overdue)
+
+	_, err = e.pool.Exec(ctx, `UPDATE `+maint+` SET started_at = $1, finished_at = $1, last_error = 'outbox_sent: boom'`,
+		clk.Now().Add(-time.Minute))
+	require.NoError(t, err)
+	r = c.Check(ctx)
+	require.Equal(t, health.Degraded, r.Status)
+	require.Contains(t, strings.Join(r.Reasons, "\n"), "the latest maintenance pass failed: outbox_sent: boom")
+
+	_, err = e.pool.Exec(ctx, `UPDATE `+maint+` SET last_error = ''`)
+	require.NoError(t, err)
+	r = c.Check(ctx)
+	require.Equal(t, health.Healthy, r.Status, "%v", r.Reasons)
+	md := component(t, r, "outbox").Outbox.Maintenance
+	require.NotNil(t, md)
+	require.False(t, md.Overdue)
+	require.Equal(t, "host/maintenance/1", md.Owner)
+}

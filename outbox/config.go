@@ -4,6 +4,7 @@ import (
 	"context"
 	crand "crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"log/slog"
 	"math"
@@ -77,6 +78,10 @@ type RelayConfig struct {
 	// vacuum makes every connection plan its statements on the table anew, and a few thousand dead rows cost a
 	// claim little, so vacuuming more often than that buys nothing. Default 10000. Must not be negative.
 	VacuumAfterRows int
+	// Maintenance configures the routine maintenance the relay runs while it is subscribed (and after each Drain
+	// when due): retention of the sent ledger, the inbox and old dead letters, one active maintainer across
+	// processes through a lease. nil means the defaults (maintenance on); Maintenance.Disabled opts out.
+	Maintenance *MaintenanceConfig
 	// Logger overrides the Outbox's logger for this relay.
 	Logger *slog.Logger
 	// Hooks observe the relay, for metrics and traces. Default: none.
@@ -243,6 +248,7 @@ type settings struct {
 	partitionBy      PartitionBy
 	tracerProvider   trace.TracerProvider
 	meterProvider    metric.MeterProvider
+	maintenance      *MaintenanceConfig // nil when disabled; defaults applied
 }
 
 func (c *RelayConfig) settings(defaultLogger *slog.Logger) (settings, error) {
@@ -377,6 +383,23 @@ func (c *RelayConfig) settings(defaultLogger *slog.Logger) (settings, error) {
 	}
 	if s.logger == nil {
 		s.logger = defaultLogger
+	}
+	if c.Maintenance == nil || !c.Maintenance.Disabled {
+		m, err := c.Maintenance.withDefaults()
+		if err != nil {
+			var ce *ConfigError
+			if errors.As(err, &ce) {
+				ce.Field = "Maintenance." + ce.Field
+			}
+			return settings{}, err
+		}
+		if m.Logger == nil {
+			m.Logger = s.logger
+		}
+		if m.MeterProvider == nil {
+			m.MeterProvider = s.meterProvider
+		}
+		s.maintenance = &m
 	}
 	return s, nil
 }

@@ -43,6 +43,17 @@ func TestREADMEConfigTables(t *testing.T) {
 			"PartitionBy": map[PartitionBy]string{PartitionByKey: "PartitionByKey", PartitionByTenant: "PartitionByTenant"}[s.partitionBy],
 		})
 
+	m, err := (*MaintenanceConfig)(nil).withDefaults()
+	if err != nil {
+		t.Fatal(err)
+	}
+	doctable.Check(t, doctable.Find(t, "README.md", "`outbox.MaintenanceConfig` (nil allowed"),
+		reflect.TypeFor[MaintenanceConfig](), "", map[string]any{
+			"Disabled": m.Disabled, "Interval": m.Interval, "SentRetention": m.SentRetention,
+			"InboxRetention": m.InboxRetention, "DeadLetterRetention": m.DeadLetterRetention,
+			"BatchSize": m.BatchSize, "LeaseTTL": m.LeaseTTL,
+		})
+
 	in, err := o.NewInbox(nil)
 	if err != nil {
 		t.Fatal(err)

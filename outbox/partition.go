@@ -61,9 +61,15 @@ func (r *Relay) start(ctx context.Context, topics []string, deliver func(context
 	g := &group{r: r, topics: topics, drain: onEnd == nil, deliver: deliver, ctx: ctx, cancel: cancel,
 		ended: make(chan struct{})}
 	r.groups[g] = struct{}{}
+	if !g.drain {
+		r.maint.retain()
+	}
 	r.wg.Add(1)
 	go func() {
 		defer r.wg.Done()
+		if !g.drain {
+			defer r.maint.release()
+		}
 		g.run()
 		if onEnd != nil {
 			onEnd()

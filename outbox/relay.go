@@ -44,6 +44,7 @@ type Relay struct {
 	tel    *relayTelemetry
 
 	fenceChecked atomic.Bool
+	maint        *relayMaintenance // nil when RelayConfig.Maintenance.Disabled
 
 	mu     sync.Mutex
 	closed bool
@@ -73,6 +74,13 @@ func (o *Outbox) NewRelay(cfg *RelayConfig) (*Relay, error) {
 	}
 	if r.tel, err = newRelayTelemetry(r); err != nil {
 		return nil, err
+	}
+	if s.maintenance != nil {
+		m, err := o.NewMaintainer(s.maintenance)
+		if err != nil {
+			return nil, err
+		}
+		r.maint = &relayMaintenance{m: m}
 	}
 	return r, nil
 }
@@ -127,11 +135,13 @@ func (r *Relay) Drain(ctx context.Context, pub message.Publisher) (DrainResult, 
 	}
 	<-g.ended
 	g.mu.Lock()
-	defer g.mu.Unlock()
+	res, drainErr := g.result, g.drainErr
+	g.mu.Unlock()
 	if err := ctx.Err(); err != nil {
-		return g.result, err
+		return res, err
 	}
-	return g.result, g.drainErr
+	r.maint.afterDrain(ctx, r.s.logger)
+	return res, drainErr
 }
 
 // Close stops every subscription: deliveries waiting for an ack are given up (their rows are released for a

@@ -464,7 +464,10 @@ SELECT count(*) FILTER (WHERE outcome = 'handled'), min(processed_at),
 FROM {inbox} WHERE $1::text IS NULL OR tenant_id = $1`,
 		inboxCleanup: `
 DELETE FROM {inbox} WHERE ctid = ANY (ARRAY(
-    SELECT ctid FROM {inbox} WHERE processed_at < $1 AND ($2::text IS NULL OR tenant_id = $2) LIMIT $3))`,
+    SELECT i.ctid FROM {inbox} i WHERE i.processed_at < $1 AND ($2::text IS NULL OR i.tenant_id = $2)
+      AND NOT EXISTS (SELECT 1 FROM {inbox_dead} d
+                      WHERE d.message_id = i.message_id AND d.handler = i.handler AND d.tenant_id = i.tenant_id)
+    LIMIT $3))`,
 		inboxListDead: `
 SELECT message_id, handler, tenant_id, message_type, topic, payload, metadata, attempts, last_error, dead_at
 FROM {inbox_dead}

@@ -21,7 +21,7 @@ func TestUsageErrorsExitTwo(t *testing.T) {
 	}{
 		{[]string{"bogus"}, `unknown command "bogus" for "stagehand"`},
 		{[]string{"outbox", "bogus"}, `unknown command "bogus" for "stagehand outbox"`},
-		{[]string{"outbox"}, "missing command: one of cleanup, dead, stats"},
+		{[]string{"outbox"}, "missing command: one of cleanup, dead, maintenance, stats"},
 		{[]string{"outbox", "dead"}, "missing command"},
 		{[]string{}, "missing command"},
 		{[]string{"outbox", "stats", "--bogus"}, "unknown flag: --bogus"},

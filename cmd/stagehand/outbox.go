@@ -18,7 +18,7 @@ func (a *app) outboxCommand() *cobra.Command {
 	return group("outbox", "Outbox statistics, dead letters and cleanup",
 		`Report on and repair the transactional outbox. Every subcommand acts on all tenants (estate-wide) unless
 --tenant names one; the output says which.`,
-		a.outboxStatsCommand(), a.outboxDeadCommand(), a.outboxCleanupCommand())
+		a.outboxStatsCommand(), a.outboxDeadCommand(), a.outboxCleanupCommand(), a.outboxMaintenanceCommand())
 }
 
 type outboxStatsJSON struct {
@@ -469,7 +469,8 @@ func (a *app) outboxCleanupCommand() *cobra.Command {
 		Long: `Delete entries of the sent ledger (published or discarded messages) recorded more than AGE ago, in
 batches of --batch-size until none is left. Entries at or above the lowest registered watermark are kept whatever
 their age, so a component that re-stages from the event log cannot publish them twice. Pending and dead-lettered
-messages are never touched. Nothing schedules this for you: run it periodically (the Excalibur outbox documentation, "Cleanup").`,
+messages are never touched. Relays run routine maintenance with a 7-day retention by default (see "stagehand
+outbox maintenance"); this command cleans up at once, or with another age.`,
 		Example: `  stagehand outbox cleanup --older-than 7d
   stagehand outbox cleanup --older-than 36h --batch-size 5000 --tenant acme --json`,
 		Args: cobra.NoArgs,

@@ -91,6 +91,16 @@ type projectionOut struct {
 	Rebuilding bool   `json:"rebuilding"`
 }
 
+// caughtUp reports whether the projection has recorded its checkpoint and has no lag; before its first run the
+// status command does not know it yet.
+func (e *env) caughtUp(name string) bool {
+	e.t.Helper()
+	if r := e.run("projection", "status", name); r.code != exitOK {
+		return false
+	}
+	return e.projectionStatus(name).Lag == 0
+}
+
 func (e *env) projectionStatus(name string) projectionOut {
 	e.t.Helper()
 	var out struct {
@@ -114,7 +124,7 @@ func TestProjectionStatusAndRebuild(t *testing.T) {
 	m := newReadModel(t, e)
 	applied := func() int64 { return pgtest.Count(t, e.pool, "SELECT count(*) FROM "+m.table) }
 	stop := runProjection(t, e, store, m, "balances", projection.Stop)
-	pgtest.Eventually(t, 10*time.Second, func() bool { return e.projectionStatus("balances").Lag == 0 },
+	pgtest.Eventually(t, 10*time.Second, func() bool { return e.caughtUp("balances") },
 		"projection caught up")
 	require.Equal(t, projectionOut{Projection: "balances", State: "running", Position: 8, Head: 8},
 		e.projectionStatus("balances"))
@@ -177,7 +187,7 @@ func TestProjectionRebuildWaitStops(t *testing.T) {
 	appendEvents(t, store, "", "bank.account", "acc-1", "account.opened")
 	m := newReadModel(t, e)
 	stop := runProjection(t, e, store, m, "balances", projection.Stop)
-	pgtest.Eventually(t, 10*time.Second, func() bool { return e.projectionStatus("balances").Lag == 0 },
+	pgtest.Eventually(t, 10*time.Second, func() bool { return e.caughtUp("balances") },
 		"projection caught up")
 	stop()
 

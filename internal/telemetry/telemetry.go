@@ -42,6 +42,8 @@ const (
 	MetricRelayClaimDuration = "stagehand.relay.claim.duration"      // histogram, seconds
 	MetricProjectionLag      = "stagehand.projection.lag"            // gauge, events
 	MetricProjectionLagTime  = "stagehand.projection.lag_time"       // gauge, seconds
+	MetricMaintenanceRemoved = "stagehand.maintenance.removed"       // counter, rows
+	MetricMaintenancePasses  = "stagehand.maintenance.passes"        // counter, passes
 )
 
 // Attribute keys.
@@ -58,6 +60,7 @@ const (
 	AttrProjection    = attribute.Key("stagehand.projection")
 	AttrStrategy      = attribute.Key("stagehand.staging.strategy")
 	AttrOutcome       = attribute.Key("stagehand.outcome")
+	AttrTable         = attribute.Key("stagehand.table")
 )
 
 // Tracer returns the stagehand tracer of tp, or of the global provider when tp is nil.
