@@ -140,7 +140,9 @@ func TestRelaysSplitAndTakeOverPartitions(t *testing.T) {
 	e := setup(t)
 	cfg := func(c *outbox.RelayConfig) {
 		c.LeaderElection = "orders-relay"
-		c.LeaderTTL = time.Second
+		// Far above every wait below: a join and a graceful stop hand partitions over by release, at once, never
+		// by a lease running out.
+		c.LeaderTTL = time.Minute
 		c.Partitions = 4
 	}
 	// ledBy returns, per owner, how many partition leases it holds now.

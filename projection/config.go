@@ -82,7 +82,8 @@ type Config struct {
 	// Owner names this process in the leases table. Default: host name, process ID and a random suffix.
 	Owner string
 	// LeaseTTL bounds how long a dead process keeps the projection (or one partition) from running elsewhere.
-	// Default 15s; at least 100ms.
+	// Default 5s (see the lease defaults in the outbox README: a takeover after about 5-6s for about 0.6
+	// renewals a second); at least 100ms.
 	LeaseTTL time.Duration
 	// LeaseRenewInterval is how often the lease is renewed. Default LeaseTTL/3; less than LeaseTTL.
 	LeaseRenewInterval time.Duration

@@ -30,7 +30,7 @@ type WorkerConfig struct {
 	// PollInterval is how often the log is polled when no wake-up arrives. Default 1s.
 	PollInterval time.Duration
 	// LeaseTTL is how long a dead worker blocks its successor: one instance per name runs at a time across
-	// processes. Default 15s.
+	// processes. Default 5s (a successor takes over about 5-6s after a crash).
 	LeaseTTL time.Duration
 	// Owner names this process in the lease table. Default: host name and process ID.
 	Owner string

@@ -56,7 +56,7 @@ type Config struct {
 	// Owner names this process in the leases table. Default lease.DefaultOwner().
 	Owner string
 	// LeaseTTL is how long the follower's lease lasts without renewal: how long a dead process blocks its
-	// successor. Default 15s; at least 100ms.
+	// successor. Default 5s; at least 100ms.
 	LeaseTTL time.Duration
 	// LeaseRenewInterval is how often the lease is renewed. Default LeaseTTL/3; less than LeaseTTL.
 	LeaseRenewInterval time.Duration
