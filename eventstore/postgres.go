@@ -230,9 +230,9 @@ func (s *PostgresStore) append(ctx context.Context, db dbtx, req AppendRequest, 
 	})
 }
 
-// appendBy prepares req, inserts it with insert and turns the outcome into a result or a typed error: no row
-// inserted, or a lost race on the stream's unique index, is a conflict (with the stream's current version read on
-// lookup); an AnyVersion or StreamExists append that lost a race is retried when retry allows it.
+// appendBy prepares req, inserts it with insert and turns the outcome into a result or a typed error: a failed
+// version check, or a lost race on the stream's unique index, is a conflict (with the stream's current version read
+// on lookup); an AnyVersion or StreamExists append that lost a race is retried when retry allows it.
 func (s *PostgresStore) appendBy(ctx context.Context, req AppendRequest, lookup dbtx, retry bool,
 	insert func(sql string, args []any) ([]Record, error)) (AppendResult, error) {
 	req, err := prepare(req, s.cfg.Clock())
@@ -398,36 +398,36 @@ func scanAppended(rows pgx.Rows) ([]Record, error) {
 
 // appendSQL returns the single statement of an append. The unique index on (tenant_id, stream_id, version) is the
 // concurrency control: two writers that both read version n cannot both insert n+1, and the statement that loses
-// inserts none of its events. The expected-version check adds one index probe: for an exact version n the stream's
-// event n must exist (else the stream is behind and nothing is inserted).
+// inserts none of its events. The expected version gives the stream's current version (the base the new versions
+// count from) as a scalar that is NULL when the check fails: for an exact version n, n when the stream's event n
+// exists (one index probe); for StreamExists, the stream's highest version. A NULL base makes every new version
+// NULL, so the statement fails on the column's NOT NULL constraint (translated into a conflict) rather than
+// inserting nothing: statements queued after it in the same transaction never run after a failed check.
 func (s *PostgresStore) appendSQL(expected ExpectedVersion, l layout) string {
 	var base string
 	switch {
 	case expected == NoStream:
-		base = `SELECT 0::bigint AS base`
+		base = `0::bigint`
 	case expected == AnyVersion:
-		base = `SELECT coalesce(max(version), 0) AS base FROM ` + s.t.events +
-			` WHERE tenant_id = $1 AND stream_id = $2`
+		base = `(SELECT coalesce(max(version), 0) FROM ` + s.t.events + ` WHERE tenant_id = $1 AND stream_id = $2)`
 	case expected == StreamExists:
-		base = `SELECT max(version) AS base FROM ` + s.t.events +
-			` WHERE tenant_id = $1 AND stream_id = $2 HAVING max(version) IS NOT NULL`
+		base = `(SELECT max(version) FROM ` + s.t.events + ` WHERE tenant_id = $1 AND stream_id = $2)`
 	default:
-		base = `SELECT $10::bigint AS base WHERE EXISTS (SELECT 1 FROM ` + s.t.events +
-			` WHERE tenant_id = $1 AND stream_id = $2 AND version = $10)`
+		base = `(SELECT $10::bigint WHERE EXISTS (SELECT 1 FROM ` + s.t.events +
+			` WHERE tenant_id = $1 AND stream_id = $2 AND version = $10))`
 	}
 	insert := `INSERT INTO ` + s.t.events + ` (tenant_id, stream_id, stream_type, version, event_id, event_type,
 			payload, event_version, metadata, occurred_at)`
 	switch l {
 	case single:
 		return insert + `
-		SELECT $1, $2, $3, b.base + 1, $4::uuid, $5::text, $6::jsonb, $7::int, $8::jsonb, $9::timestamptz
-		FROM (` + base + `) b
+		SELECT $1, $2, $3, ` + base + ` + 1, $4::uuid, $5::text, $6::jsonb, $7::int, $8::jsonb, $9::timestamptz
 		RETURNING position, version, recorded_at`
 	case uniform:
 		return insert + `
 		SELECT $1, $2, $3, b.base + d.ord, d.event_id, d.event_type, d.payload, $7::int, $8::jsonb,
 			$9::timestamptz
-		FROM (` + base + `) b, unnest($4::uuid[], $5::text[], $6::jsonb[])
+		FROM (SELECT ` + base + ` AS base) b, unnest($4::uuid[], $5::text[], $6::jsonb[])
 			WITH ORDINALITY AS d(event_id, event_type, payload, ord)
 		ORDER BY d.ord
 		RETURNING position, version, recorded_at`
@@ -435,7 +435,7 @@ func (s *PostgresStore) appendSQL(expected ExpectedVersion, l layout) string {
 		return insert + `
 		SELECT $1, $2, $3, b.base + d.ord, d.event_id, d.event_type, d.payload, d.event_version, d.metadata,
 			d.occurred_at
-		FROM (` + base + `) b,
+		FROM (SELECT ` + base + ` AS base) b,
 			unnest($4::uuid[], $5::text[], $6::jsonb[], $7::int[], $8::jsonb[], $9::timestamptz[])
 			WITH ORDINALITY AS d(event_id, event_type, payload, event_version, metadata, occurred_at, ord)
 		ORDER BY d.ord
@@ -470,10 +470,21 @@ func (s *PostgresStore) translate(err error, req AppendRequest) error {
 			return ErrConcurrencyConflict
 		}
 	}
+	if failedVersionCheck(err) {
+		return ErrConcurrencyConflict
+	}
 	if terr := translateData(err, req); terr != nil {
 		return terr
 	}
 	return fmt.Errorf("eventstore: append to stream %q: %w", req.StreamID, err)
+}
+
+// failedVersionCheck reports whether err is the NOT NULL violation of an append whose expected version did not hold
+// (see appendSQL).
+func failedVersionCheck(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "23502" && pgErr.ColumnName == "version" &&
+		pgErr.TableName == "events"
 }
 
 func encodeMetadata(m Metadata) (string, error) {

@@ -6,84 +6,115 @@ import (
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 var _ QueuedAppender = (*PostgresStore)(nil)
 
-// AppendQueued implements QueuedAppender. The first round trip begins the transaction and inserts the events; the
-// second sends the statements queue adds and the COMMIT. A conflict, an error from queue or a failed statement rolls
-// the append back (one more round trip). The connection is held from the first round trip to the commit, as with
-// AppendWith, and the wake-up notification is sent after the commit.
+// AppendQueued implements QueuedAppender: the insert and the statements queue adds are sent in one round trip and
+// run in one implicit transaction, which the server commits at the end of the batch. queue is called before
+// anything is sent, with the records as they will be stored (see QueueFunc). A failed version check, a failed
+// statement or an error from queue leaves nothing stored.
 //
-// If the connection fails while the commit is in flight, the append may or may not have committed: the store finds
+// An exact expected version or NoStream appends in that single round trip. AnyVersion and StreamExists first read
+// the stream's version (one more round trip) and append against it; AnyVersion tries again when another append
+// wins the race.
+//
+// If the connection fails while the batch is in flight, the append may or may not have committed: the store finds
 // out on another connection (see the package documentation, "Lost commits") and returns success, a plain failure,
 // or an error matching ErrCommitUnknown when the outcome cannot be known.
 func (s *PostgresStore) AppendQueued(ctx context.Context, req AppendRequest, queue QueueFunc) (AppendResult, error) {
-	conn, err := s.pool.Acquire(ctx)
+	req, err := prepare(req, s.cfg.Clock())
 	if err != nil {
-		return AppendResult{}, fmt.Errorf("eventstore: acquire a connection: %w", err)
+		return AppendResult{}, err
 	}
-	// A connection left inside a transaction (or broken) is destroyed by Release rather than reused.
-	defer conn.Release()
-	res, err := s.appendBy(ctx, req, s.pool, true, func(sql string, args []any) ([]Record, error) {
-		b := &pgx.Batch{}
-		b.Queue("BEGIN")
-		var recs []Record
-		b.Queue(sql, args...).Query(func(rows pgx.Rows) (err error) {
-			recs, err = scanAppended(rows)
-			return err
-		})
-		err := conn.SendBatch(ctx, b).Close()
-		if err != nil || len(recs) == 0 {
-			if rerr := rollback(ctx, conn); err == nil {
-				err = rerr
-			}
+	if req.Expected >= NoStream {
+		return s.appendPipelined(ctx, req, queue)
+	}
+	for attempt := 0; ; attempt++ {
+		var current int64
+		if err := s.pool.QueryRow(ctx, `SELECT coalesce(max(version), 0) FROM `+s.t.events+
+			` WHERE tenant_id = $1 AND stream_id = $2`, req.Tenant, req.StreamID).Scan(&current); err != nil {
+			return AppendResult{}, fmt.Errorf("eventstore: read the version of stream %q: %w", req.StreamID, err)
 		}
-		return recs, err
-	})
-	if err != nil {
+		if current == 0 && req.Expected == StreamExists {
+			return AppendResult{}, &ConflictError{Tenant: req.Tenant, StreamID: req.StreamID, Expected: req.Expected}
+		}
+		exact := req
+		exact.Expected = ExpectedVersion(current)
+		res, err := s.appendPipelined(ctx, exact, queue)
+		var c *ConflictError
+		if errors.As(err, &c) && c.Reason == "" {
+			if req.Expected == AnyVersion && attempt < 20 {
+				continue
+			}
+			c.Expected = req.Expected // the caller's condition, not the one derived from it
+		}
 		return res, err
 	}
+}
+
+// appendPipelined is AppendQueued for a prepared request whose versions are known before the insert (an exact
+// expected version, or NoStream).
+func (s *PostgresStore) appendPipelined(ctx context.Context, req AppendRequest, queue QueueFunc) (AppendResult,
+	error) {
+	args, l, err := appendArgs(req)
+	if err != nil {
+		return AppendResult{}, err
+	}
+	planned := plannedResult(req)
 	b := &pgx.Batch{}
+	var recs []Record
+	inserted := false
+	b.Queue(s.appendSQL(req.Expected, l), args...).Query(func(rows pgx.Rows) (err error) {
+		recs, err = scanAppended(rows)
+		inserted = err == nil
+		return err
+	})
 	if queue != nil {
-		if err := queue(ctx, res, b); err != nil {
-			if rerr := rollback(ctx, conn); rerr != nil {
-				err = fmt.Errorf("%w (and the rollback failed: %w)", err, rerr)
-			}
+		if err := queue(ctx, planned, b); err != nil {
 			return AppendResult{}, fmt.Errorf("eventstore: staging in the append transaction of stream %q: %w",
 				req.StreamID, err)
 		}
 	}
-	b.Queue("COMMIT").Exec(func(ct pgconn.CommandTag) error {
-		if ct.String() == "ROLLBACK" {
-			return pgx.ErrTxCommitRollback
-		}
-		return nil
-	})
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return AppendResult{}, fmt.Errorf("eventstore: acquire a connection: %w", err)
+	}
+	// A broken connection is destroyed by Release rather than reused.
+	defer conn.Release()
 	if err := conn.SendBatch(ctx, b).Close(); err != nil {
-		if conn.Conn().IsClosed() {
-			return s.commitLost(ctx, req, res, conn.Conn().PgConn().PID(), err)
+		if conn.Conn().IsClosed() && lostConnection(err) {
+			return s.commitLost(ctx, req, planned, conn.Conn().PgConn().PID(), err)
 		}
-		// A statement failed, so the server skipped the commit: nothing is stored.
-		if rerr := rollback(ctx, conn); rerr != nil {
-			err = fmt.Errorf("%w (and the rollback failed: %w)", err, rerr)
+		// A statement failed, so the server rolled the implicit transaction back: nothing is stored.
+		if !inserted {
+			err = s.translate(err, req)
+			if errors.Is(err, ErrConcurrencyConflict) {
+				var c *ConflictError
+				if errors.As(err, &c) {
+					return AppendResult{}, s.withActual(ctx, c, req)
+				}
+				return AppendResult{}, s.conflict(ctx, s.pool, req)
+			}
+			return AppendResult{}, err
 		}
 		return AppendResult{}, s.stageError(ctx, err, req)
 	}
+	if len(recs) != len(req.Events) {
+		return AppendResult{}, fmt.Errorf("eventstore: append to stream %q stored %d of %d events", req.StreamID,
+			len(recs), len(req.Events))
+	}
 	s.Notify()
-	return res, nil
+	return appended(req, recs), nil
 }
 
-// rollback ends the transaction conn is in, if any.
-func rollback(ctx context.Context, conn *pgxpool.Conn) error {
-	if conn.Conn().IsClosed() || conn.Conn().PgConn().TxStatus() == 'I' {
-		return nil
+// plannedResult describes the records an append of req with a known base version will store, before the insert:
+// everything but Position and RecordedAt, which the insert assigns.
+func plannedResult(req AppendRequest) AppendResult {
+	base := int64(req.Expected)
+	recs := make([]Record, len(req.Events))
+	for i := range recs {
+		recs[i].Version = base + int64(i) + 1
 	}
-	_, err := conn.Exec(context.WithoutCancel(ctx), "ROLLBACK")
-	if err != nil && !errors.Is(err, context.Canceled) {
-		return fmt.Errorf("eventstore: rollback: %w", err)
-	}
-	return err
+	return appended(req, recs)
 }

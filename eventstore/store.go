@@ -171,20 +171,24 @@ type Store interface {
 // the whole append back.
 type StageFunc func(ctx context.Context, tx pgx.Tx, res AppendResult) error
 
-// QueueFunc queues, onto b, statements to run in an append's transaction after its events are inserted (res
-// describes them) and before its commit, which is queued right after them: the statements and the commit share one
-// round trip. Statements may register result callbacks (pgx.QueuedQuery's Exec, Query, QueryRow); they run as the
-// results are read, once the commit has already been sent, so a callback observes and must not decide: an error it
-// returns is reported, but cannot undo the commit. A statement that fails makes the server skip the commit: nothing
-// is appended. Returning an error queues nothing further and rolls the append back.
-type QueueFunc func(ctx context.Context, res AppendResult, b *pgx.Batch) error
+// QueueFunc queues, onto b, statements to run in an append's transaction after its insert, which b already holds:
+// the insert, the queued statements and the commit are one round trip. It is called before anything is sent, so
+// planned describes the events as they will be stored (tenant, stream, versions, event IDs, types, payloads,
+// metadata, occurred-at) except what only the insert assigns: Position is 0 and RecordedAt is zero. A queued
+// statement that needs an event's position reads it in SQL (the event's row is visible to the statements after the
+// insert, found by its event ID). The queued statements run only when the version check passed; one that fails
+// makes the server roll the whole transaction back, so nothing is appended.
+//
+// Statements may register result callbacks (pgx.QueuedQuery's Exec, Query, QueryRow); they run as the results are
+// read, once the server has committed, so a callback observes and must not decide: an error it returns is
+// reported, but cannot undo the commit. Returning an error from QueueFunc sends nothing.
+type QueueFunc func(ctx context.Context, planned AppendResult, b *pgx.Batch) error
 
-// QueuedAppender is implemented by stores that can run an append and a caller's statements in one transaction in
-// two round trips (the PostgreSQL store does): BEGIN with the insert, then the caller's statements with the COMMIT.
-// Discover it by type assertion.
+// QueuedAppender is implemented by stores that can run an append and a caller's statements in one transaction and
+// one round trip (the PostgreSQL store does). Discover it by type assertion.
 type QueuedAppender interface {
-	// AppendQueued appends req in a transaction of its own, runs the statements queue adds (only when the version
-	// check passed) and commits, in two round trips.
+	// AppendQueued appends req and runs the statements queue adds in one transaction of its own, sent as one
+	// batch. It returns the stored records, positions and recorded-at included.
 	AppendQueued(ctx context.Context, req AppendRequest, queue QueueFunc) (AppendResult, error)
 }
 

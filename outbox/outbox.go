@@ -68,6 +68,8 @@ type Outbox struct {
 	tp           trace.TracerProvider
 	mp           metric.MeterProvider
 	staged       metric.Int64Counter
+	// sourced caches the staging statements per event-store schema (StageOptions.Source).
+	sourced sync.Map
 
 	closeOnce sync.Once
 }

@@ -20,8 +20,11 @@ type queries struct {
 	// tables are the table markers of the templates and their qualified names, in strings.NewReplacer's form.
 	tables []string
 
-	stagePrelude, stageSave, stageRestore            string
-	stageOne, stageOneNew, stageMany, stageManyNew   string
+	stagePrelude, stageSave, stageRestore, lockKey string
+	// stageOne and stageMany are the templates of the staging inserts, dedupOne and dedupMany their expanded
+	// deduplication conditions; staging holds them expanded for messages whose source positions are given.
+	stageOne, stageMany, dedupOne, dedupMany         string
+	staging                                          stagingStatements
 	stageRecheckOne, stageRecheckMany                string
 	relaySettings                                    string
 	claim, nextDue                                   string
@@ -90,6 +93,9 @@ func newQueries(schema string) queries {
 		stagePrelude: `SELECT set_config('plan_cache_mode', 'force_generic_plan', true),
     set_config('enable_seqscan', 'off', true), set_config('enable_bitmapscan', 'off', true),
     (SELECT count(*) FROM (SELECT pg_advisory_xact_lock(l) FROM unnest($1::int8[]) AS l OFFSET 0) locked)`,
+		// The prelude of a single message: its key's lock alone. Its statements take scalar arguments, whose generic
+		// plans PostgreSQL settles on by itself, and every probe they make has an index that fits it exactly.
+		lockKey: `SELECT pg_advisory_xact_lock($1)`,
 		stageSave: `SELECT set_config('stagehand.plan_cache_mode', current_setting('plan_cache_mode'), true),
     set_config('stagehand.enable_seqscan', current_setting('enable_seqscan'), true),
     set_config('stagehand.enable_bitmapscan', current_setting('enable_bitmapscan'), true)`,
@@ -109,7 +115,7 @@ func newQueries(schema string) queries {
 INSERT INTO {outbox} (message_id, message_type, topic, payload, metadata, tenant_id, correlation_id, causation_id,
     partition_key, seq, source_position, scheduled_at, next_attempt_at, created_at)
 SELECT $1::text, $2::text, $3::text, $4::bytea, $5::jsonb, $6::text, $7::text, $8::text, $9::text, k.seq,
-    $11::bigint, $12::timestamptz, CASE WHEN k.held THEN 'infinity'::timestamptz ELSE coalesce($12, $13) END,
+    {position one}, $12::timestamptz, CASE WHEN k.held THEN 'infinity'::timestamptz ELSE coalesce($12, $13) END,
     $13::timestamptz
 FROM (
     SELECT CASE WHEN $10::bool THEN coalesce(greatest(p.seq, d.seq), 0) + 1 END AS seq,
@@ -119,7 +125,8 @@ FROM (
                   ORDER BY p.seq DESC LIMIT 1) AS seq) p,
          (SELECT max(d.seq) AS seq, bool_or(d.holds_key) AS holds FROM {dead} d
           WHERE $10::bool AND d.tenant_id = $6 AND d.partition_key = $9 AND d.seq IS NOT NULL) d
-) k{dedup one}`,
+) k
+WHERE true{dedup one}`,
 
 		// Staging several messages: the same, over arrays. Ordered messages are numbered within their key by the
 		// caller ($12, 1..n per key). Each key is probed once, on its first message, and the window spreads the
@@ -151,11 +158,12 @@ WITH input AS (
 INSERT INTO {outbox} (message_id, message_type, topic, payload, metadata, tenant_id, correlation_id, causation_id,
     partition_key, seq, source_position, scheduled_at, next_attempt_at, created_at)
 SELECT n.message_id, n.message_type, n.topic, n.payload, n.metadata::jsonb, n.tenant_id, n.correlation_id,
-    n.causation_id, n.partition_key, coalesce(n.key_last, 0) + n.key_index, n.source_position, n.scheduled_at,
+    n.causation_id, n.partition_key, coalesce(n.key_last, 0) + n.key_index, {position many}, n.scheduled_at,
     CASE WHEN n.key_index > 1 OR (n.key_index IS NOT NULL AND n.key_held) THEN 'infinity'::timestamptz
          ELSE coalesce(n.scheduled_at, $13) END,
     $13
-FROM numbered n{dedup many}`,
+FROM numbered n
+WHERE true{dedup many}`,
 
 		// The recheck closes a race the statement above cannot see: its snapshot predates a relay's move of the
 		// same ID into the ledger (or the dead letters), whose delete then lets the insert through. A new statement
@@ -481,21 +489,19 @@ DELETE FROM {inbox_dead} WHERE message_id = $1 AND handler = $2 AND ($3::text IS
 	// Each statement is expanded in one pass, so the quoted schema name is never scanned for markers again. The
 	// relay's statements stay templates until relay expands them with their mode (one pass as well).
 	dedupOne := `
-WHERE NOT EXISTS (SELECT 1 FROM {sent} s WHERE s.message_id = $1 AND s.topic = $3 AND s.tenant_id = $6)
+  AND NOT EXISTS (SELECT 1 FROM {sent} s WHERE s.message_id = $1 AND s.topic = $3 AND s.tenant_id = $6)
   AND NOT EXISTS (SELECT 1 FROM {dead} d WHERE d.message_id = $1 AND d.topic = $3 AND d.tenant_id = $6)
 ON CONFLICT (message_id, topic, tenant_id) DO NOTHING`
 	dedupMany := `
-WHERE NOT EXISTS (SELECT 1 FROM {sent} s
+  AND NOT EXISTS (SELECT 1 FROM {sent} s
                   WHERE s.message_id = n.message_id AND s.topic = n.topic AND s.tenant_id = n.tenant_id)
   AND NOT EXISTS (SELECT 1 FROM {dead} d
                   WHERE d.message_id = n.message_id AND d.topic = n.topic AND d.tenant_id = n.tenant_id)
 ON CONFLICT (message_id, topic, tenant_id) DO NOTHING`
-	q.stageOne, q.stageOneNew = q.expand(q.stageOne, "{dedup one}", q.expand(dedupOne)),
-		q.expand(q.stageOne, "{dedup one}", "")
-	q.stageMany, q.stageManyNew = q.expand(q.stageMany, "{dedup many}", q.expand(dedupMany)),
-		q.expand(q.stageMany, "{dedup many}", "")
+	q.dedupOne, q.dedupMany = q.expand(dedupOne), q.expand(dedupMany)
+	q.staging = q.stagingStatements("")
 	for _, p := range []*string{
-		&q.stagePrelude, &q.stageSave, &q.stageRestore, &q.stageRecheckOne, &q.stageRecheckMany, &q.nextDue,
+		&q.stagePrelude, &q.lockKey, &q.stageSave, &q.stageRestore, &q.stageRecheckOne, &q.stageRecheckMany, &q.nextDue,
 		&q.lockKeys, &q.lockKeysWait, &q.promote, &q.sweep, &q.redrive, &q.discard, &q.listDead, &q.getDead,
 		&q.stats, &q.cleanupSent, &q.registerWatermark, &q.advanceWatermark, &q.dropWM, &q.wms,
 		&q.inboxClaim, &q.inboxAttempt, &q.inboxClearAttempts, &q.inboxDeadLetter, &q.inboxMarkDead,
@@ -504,6 +510,39 @@ ON CONFLICT (message_id, topic, tenant_id) DO NOTHING`
 		*p = q.expand(*p)
 	}
 	return q
+}
+
+// stagingStatements are the staging inserts for one source of positions: for one message and for several, each
+// with the deduplication checks (dedup) and without them (new, for IDs that cannot have been staged before).
+type stagingStatements struct {
+	one, oneNew, many, manyNew string
+}
+
+// stagingStatements expands the staging inserts. With events empty, a message's source position is the one it
+// carries; otherwise events is the schema of an event store that appended the messages' events earlier in the
+// transaction (StageOptions.Source), and a message takes the position of the event named by its causation ID: the
+// position sequence's current value for the append's last event (its ID takes the place of the source position
+// among a single message's arguments, and comes last among several messages'), a lookup by event ID for the
+// others.
+func (q *queries) stagingStatements(events string) stagingStatements {
+	one := []string{"{position one}", "$11::bigint"}
+	many := []string{"{position many}", "n.source_position"}
+	if events != "" {
+		table := pgx.Identifier{events, "events"}.Sanitize()
+		seq := pgx.Identifier{events, "events_position_seq"}.Sanitize()
+		position := func(causation, last string) string {
+			return "CASE WHEN " + causation + " = " + last + " THEN currval('" + strings.ReplaceAll(seq, "'", "''") +
+				"') ELSE (SELECT e.position FROM " + table + " e WHERE e.event_id = " + causation + "::uuid) END"
+		}
+		one = []string{"{position one}", position("$8::text", "$11::text")} // $11: the last event's ID
+		many = []string{"{position many}", position("n.causation_id", "$14::text")}
+	}
+	return stagingStatements{
+		one:     q.expand(q.stageOne, append(one, "{dedup one}", q.dedupOne)...),
+		oneNew:  q.expand(q.stageOne, append(one, "{dedup one}", "")...),
+		many:    q.expand(q.stageMany, append(many, "{dedup many}", q.dedupMany)...),
+		manyNew: q.expand(q.stageMany, append(many, "{dedup many}", "")...),
+	}
 }
 
 // relayStatements are the relay's statements that claim or write rows, in one mode: fenced by a leader lease or

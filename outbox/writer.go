@@ -73,6 +73,21 @@ type StageOptions struct {
 	// queues its COMMIT right after them), so the transaction-local settings staging uses for its own statements
 	// need not be put back. Default false: they are restored for the caller's next statements.
 	EndsTransaction bool
+	// Source, when set, is the append whose events the messages derive from, made earlier in the same transaction
+	// by a PostgreSQL event store: each message's CausationID is the ID of its event, and its SourcePosition is
+	// read in SQL from that event, so the staging can be queued before the append's positions are known (in the
+	// append's round trip). Default nil: messages are staged as given.
+	Source *AppendSource
+}
+
+// AppendSource names an append made earlier in a staging transaction by a PostgreSQL event store (StageOptions).
+type AppendSource struct {
+	// Schema is the event store's schema (eventstore.PostgresStore.Schema).
+	Schema string
+	// LastEventID is the ID of the append's last event, the last one to draw a position from the store's position
+	// sequence in this session: its messages take that sequence's current value, without looking the event up.
+	// The others look their event up by ID.
+	LastEventID string
 }
 
 // Staged reports what queued staging statements did, once the batch holding them has been sent and its results
@@ -103,19 +118,36 @@ func (o *Outbox) QueueStage(ctx context.Context, b *pgx.Batch, opts *StageOption
 	if err != nil {
 		return nil, err
 	}
-	prelude := o.q.stagePrelude
-	if !opt.EndsTransaction {
-		b.Queue(o.q.stageSave)
+	// Several messages are staged with array arguments, under transaction-local settings (see stagePrelude) put
+	// back afterwards unless the transaction ends with the staging; a single message with scalar arguments needs
+	// none, only its key's lock.
+	settings := len(a.ids) > 1
+	switch {
+	case settings:
+		if !opt.EndsTransaction {
+			b.Queue(o.q.stageSave)
+		}
+		b.Queue(o.q.stagePrelude, a.locks)
+	case len(a.locks) == 1:
+		b.Queue(o.q.lockKey, a.locks[0])
 	}
-	b.Queue(prelude, a.locks)
 	count := func(ct pgconn.CommandTag) error {
 		staged.n += int(ct.RowsAffected())
 		return nil
 	}
+	st := o.q.staging
+	if opt.Source != nil {
+		st = o.sourcedStatements(opt.Source.Schema)
+		if len(a.ids) == 1 {
+			a.one[10] = opt.Source.LastEventID
+		} else {
+			a.many = append(a.many, opt.Source.LastEventID)
+		}
+	}
 	if len(a.ids) == 1 {
-		stmt := o.q.stageOne
+		stmt := st.one
 		if opt.NewIDs {
-			stmt = o.q.stageOneNew
+			stmt = st.oneNew
 		}
 		b.Queue(stmt, a.one...).Exec(count)
 		if !opt.NewIDs {
@@ -125,9 +157,9 @@ func (o *Outbox) QueueStage(ctx context.Context, b *pgx.Batch, opts *StageOption
 			})
 		}
 	} else {
-		stmt := o.q.stageMany
+		stmt := st.many
 		if opt.NewIDs {
-			stmt = o.q.stageManyNew
+			stmt = st.manyNew
 		}
 		b.Queue(stmt, a.many...).Exec(count)
 		if !opt.NewIDs {
@@ -138,7 +170,7 @@ func (o *Outbox) QueueStage(ctx context.Context, b *pgx.Batch, opts *StageOption
 		}
 	}
 	last := b.QueuedQueries[len(b.QueuedQueries)-1]
-	if !opt.EndsTransaction {
+	if settings && !opt.EndsTransaction {
 		last = b.Queue(o.q.stageRestore)
 	}
 	// Count once every statement of the staging has run (the last one's callback runs last).
@@ -156,6 +188,16 @@ func (o *Outbox) QueueStage(ctx context.Context, b *pgx.Batch, opts *StageOption
 		return err
 	}
 	return staged, nil
+}
+
+// sourcedStatements returns the staging statements that take source positions from the events table in schema
+// (StageOptions.Source), expanded once per schema.
+func (o *Outbox) sourcedStatements(schema string) stagingStatements {
+	if st, ok := o.sourced.Load(schema); ok {
+		return st.(stagingStatements)
+	}
+	st, _ := o.sourced.LoadOrStore(schema, o.q.stagingStatements(schema))
+	return st.(stagingStatements)
 }
 
 type stageArgs struct {

@@ -93,9 +93,9 @@ var crashCases = []struct {
 	strategy Strategy
 	points   []string
 }{
-	// Inside the append's transaction, between its two round trips: after the append, and with the staging
-	// statements queued before they are sent with the commit.
-	{Transactional, []string{"appended", "staged"}},
+	// With the append and its staging statements queued and nothing sent yet; and after the commit, before the
+	// save returns. (TestTransactionalCrashWithTheSaveInFlight kills a child while its batch runs.)
+	{Transactional, []string{"staging", "staged"}},
 	// After the append's commit and before staging; in the middle of staging; between staging and its commit.
 	{EventuallyConsistent, []string{"appended", "staging", "staged"}},
 	// The Deferred stager in the middle of staging a batch, and between staging and the checkpoint's commit.
@@ -123,10 +123,12 @@ func TestCrashAtEveryPointStagesEachCommittedEventOnce(t *testing.T) {
 				}
 				e.requireExactlyOnce(e.store)
 				if c.strategy == Transactional {
-					head, err := e.store.HeadPosition(context.Background())
-					require.NoError(t, err)
 					recs := readStream(t, e, orderID(crashOnSave-1))
-					require.Empty(t, recs, "the save killed inside its transaction committed nothing (head %d)", head)
+					if point == "staging" {
+						require.Empty(t, recs, "the save killed before sending anything committed nothing")
+					} else {
+						require.Len(t, recs, 2, "the save killed after its commit is stored whole")
+					}
 				}
 			})
 		}
@@ -262,4 +264,51 @@ func TestCrashWithRelayAndCleanupPublishesEachMessageOnce(t *testing.T) {
 			fmt.Fprintf(os.Stderr, "%s/%s: %d messages published once each\n", c.strategy, point, len(expected))
 		})
 	}
+}
+
+// A Transactional save is one batch: its append, its staging statements and its commit are on the wire together.
+// A child is killed (SIGKILL) while the server runs that batch's commit (a deferred trigger on the outbox makes the
+// commit of one save take a while): the server finishes or abandons the transaction whole, so the save is stored
+// with every message of its events staged once, or not at all; either way nothing is half-written.
+func TestTransactionalCrashWithTheSaveInFlight(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	ctx := context.Background()
+	victim := orderID(crashOnSave - 1)
+	fn := pgtest.Q(e.schema, "sleep_at_commit")
+	pgtest.Exec(t, e.pool, `CREATE FUNCTION `+fn+`() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN PERFORM pg_sleep(0.2); RETURN NULL; END $$`)
+	pgtest.Exec(t, e.pool, `CREATE CONSTRAINT TRIGGER sleep_at_commit AFTER INSERT ON `+pgtest.Q(e.schema, "outbox")+`
+		DEFERRABLE INITIALLY DEFERRED FOR EACH ROW WHEN (NEW.partition_key = '`+victim+`')
+		EXECUTE FUNCTION `+fn+`()`)
+
+	cmd := exec.Command(os.Args[0], "-test.run=^TestCrashChild$", "-test.count=1")
+	cmd.Env = append(os.Environ(), pgtest.HelperEnv(t, e.schema)...)
+	cmd.Env = append(cmd.Env, envCrashStrategy+"="+Transactional.String(), envCrashPoint+"=none")
+	require.NoError(t, cmd.Start())
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+
+	// The victim's commit is running when a backend sleeps in the trigger of this schema's outbox.
+	var pid int32
+	pgtest.Eventually(t, 30*time.Second, func() bool {
+		err := e.pool.QueryRow(ctx, `SELECT pid FROM pg_stat_activity WHERE wait_event = 'PgSleep'
+			AND backend_type = 'client backend' AND position($1 in query) > 0 LIMIT 1`, e.schema).Scan(&pid)
+		return err == nil
+	}, "the victim's commit never started")
+	require.NoError(t, cmd.Process.Signal(syscall.SIGKILL))
+	err := <-exited
+	var exit *exec.ExitError
+	require.ErrorAs(t, err, &exit)
+	status, ok := exit.Sys().(syscall.WaitStatus)
+	require.True(t, ok && status.Signaled() && status.Signal() == syscall.SIGKILL, "the child must die by SIGKILL")
+	pgtest.Eventually(t, 30*time.Second, func() bool {
+		return pgtest.Count(t, e.pool, `SELECT count(*) FROM pg_stat_activity WHERE pid = $1`, pid) == 0
+	}, "the victim's server process did not end")
+
+	recs := readStream(t, e, victim)
+	require.True(t, len(recs) == 0 || len(recs) == 2, "the save killed in flight is stored whole or not at all: %v",
+		recs)
+	t.Logf("the save killed in flight: %d events stored", len(recs))
+	e.requireExactlyOnce(e.store)
 }

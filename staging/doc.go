@@ -8,9 +8,10 @@
 //
 // A Stager, given to a repository as aggregate.RepositoryConfig.Stager, applies one strategy:
 //
-//   - Transactional: the event store's transactional append stages the messages on its own transaction, after
-//     the version check; a conflict or a staging error rolls both back. In SaveTx it stages on the caller's
-//     transaction.
+//   - Transactional: the messages are staged in the append's own transaction, after the version check; a
+//     conflict or a staging error rolls both back. A save is one round trip: the append, the staging statements
+//     and the commit go to the server as one batch, so the messages are derived before the insert (see "What a
+//     mapping sees"). In SaveTx it stages on the caller's transaction.
 //   - EventuallyConsistent: the append commits, then the messages are staged in a second transaction. A
 //     Reconciler following the log stages whatever a crash between the two left out, so nothing is lost. The save
 //     path skips events the reconciler has already passed (their messages may be published and cleaned up since)
@@ -39,6 +40,16 @@
 // from the CLI (stagehand worker parked / replay / discard). ListWorkerStatus reads every worker's state, lag, last
 // error, failing event and parked count from the database without building a worker, for monitoring processes,
 // health.Config.WorkerStatus and 'stagehand worker status'.
+//
+// # What a mapping sees
+//
+// A mapping receives the event's eventstore.Record. Under EventuallyConsistent and Deferred, and in SaveTx, it is
+// the stored record, complete. Under Transactional (Save, Update, Create) the mapping runs before the insert, so
+// the record has everything the save decides (tenant, stream, type, version, event ID, type version, payload,
+// metadata, occurred-at) but not what the insert assigns: Position is 0 and RecordedAt is zero. The source
+// position of each staged message (kept on its outbox row for cleanup's watermark rules) is still filled in, in
+// SQL, from its event. A mapping that puts the global position or the recorded-at time into the message itself
+// needs EventuallyConsistent or Deferred.
 //
 // # Telemetry
 //

@@ -132,7 +132,9 @@ func TestHotStatementsAreNotReplanned(t *testing.T) {
 		return pgtest.Count(t, pool, `SELECT vacuum_count FROM pg_stat_user_tables WHERE schemaname = $1
 			AND relname = 'outbox'`, schema)
 	}
-	save(40) // warm-up: every connection prepares and plans its statements once
+	// Warm-up: every pooled connection prepares its statements and makes the custom plans PostgreSQL tries (five)
+	// before it settles on a generic plan, so what is counted after it is the steady state.
+	save(400)
 	pgtest.Exec(t, pool, `SELECT pg_stat_statements_reset()`)
 	before := vacuums()
 	save(2000)
@@ -146,8 +148,10 @@ func TestHotStatementsAreNotReplanned(t *testing.T) {
 	require.GreaterOrEqual(t, cycles, int64(3), "the relay vacuumed the outbox fewer than three times")
 	require.Positive(t, staged)
 
+	// Statements called at least 200 times: one re-plan after a vacuum, which every statement makes once per
+	// connection, must not count as 1% by itself for a rarely used shape.
 	rows, err := pool.Query(ctx, `SELECT query, calls, plans FROM pg_stat_statements
-		WHERE query LIKE '%' || $1 || '%' AND calls >= 50 ORDER BY calls DESC`, `"`+schema+`"`)
+		WHERE query LIKE '%' || $1 || '%' AND calls >= 200 ORDER BY calls DESC`, `"`+schema+`"`)
 	require.NoError(t, err)
 	type stat struct {
 		query        string
@@ -180,10 +184,10 @@ func TestHotStatementsAreNotReplanned(t *testing.T) {
 // hotName names the hot statement q is, or "".
 func hotName(q string) string {
 	switch {
+	case strings.Contains(q, `INSERT INTO`) && strings.Contains(q, `"outbox" (message_id`):
+		return "stage" // before the append: the staging statement reads positions from the events table
 	case strings.Contains(q, `INSERT INTO`) && strings.Contains(q, `"events"`):
 		return "append"
-	case strings.Contains(q, `INSERT INTO`) && strings.Contains(q, `"outbox" (message_id`):
-		return "stage"
 	case strings.Contains(q, `UPDATE`) && strings.Contains(q, `lease_owner = $3`):
 		return "claim"
 	case strings.Contains(q, `INSERT INTO`) && strings.Contains(q, `"outbox_sent"`):

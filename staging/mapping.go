@@ -42,10 +42,11 @@ type Message struct {
 	ScheduledAt time.Time
 }
 
-// MapFunc derives messages from a recorded event of type E.
+// MapFunc derives messages from a recorded event of type E. Under the Transactional strategy src has no Position
+// and no RecordedAt yet (see the package documentation, "What a mapping sees").
 type MapFunc[E any] func(src eventstore.Record, event E) ([]Message, error)
 
-// RawMapFunc derives messages from a recorded event without decoding it.
+// RawMapFunc derives messages from a recorded event without decoding it. src is as for MapFunc.
 type RawMapFunc func(src eventstore.Record) ([]Message, error)
 
 // Mapping maps recorded domain events to integration messages. It is a value you construct; register mappings

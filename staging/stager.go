@@ -226,30 +226,32 @@ func (s *Stager) Append(ctx context.Context, store eventstore.Store, batch aggre
 	}
 }
 
-// appendQueued is a Transactional save in two round trips: the append (with BEGIN), then the staging statements
-// with the COMMIT. The message IDs derive from the stream version this transaction inserts under the event store's
-// unique index, so no one else can have staged them: staging skips its ledger and dead-letter checks.
+// appendQueued is a Transactional save in one round trip: the append, the staging statements and the commit are
+// sent as one batch. The messages are derived before the insert, from the records as they will be stored (without
+// their global positions, which the staging statement reads from the inserted events). Their IDs derive from the
+// stream versions this transaction inserts under the event store's unique index, so no one else can have staged
+// them: staging skips its ledger and dead-letter checks.
 func (s *Stager) appendQueued(ctx context.Context, store eventstore.QueuedAppender, batch aggregate.Batch) (
 	eventstore.AppendResult, error) {
 	var (
 		span trace.Span
-		sctx context.Context
 		n    int
 	)
-	res, err := store.AppendQueued(ctx, batch.Request, func(ctx context.Context, res eventstore.AppendResult,
+	res, err := store.AppendQueued(ctx, batch.Request, func(ctx context.Context, planned eventstore.AppendResult,
 		b *pgx.Batch) error {
-		s.at("appended")
+		opts := &outbox.StageOptions{NewIDs: true, EndsTransaction: true, Source: &outbox.AppendSource{
+			Schema: storeSchema(store), LastEventID: planned.Records[len(planned.Records)-1].EventID.String()}}
+		var sctx context.Context
 		sctx, span = startStage(ctx, s.tracer, s.strategy, batch.Request)
-		msgs, err := s.messagesFor(res.Records, batch.Events)
+		msgs, err := s.messagesFor(planned.Records, batch.Events)
 		if err != nil {
 			return err
 		}
 		n = len(msgs)
-		if _, err := s.outbox.QueueStage(sctx, b, &outbox.StageOptions{NewIDs: true, EndsTransaction: true},
-			msgs...); err != nil {
+		if _, err := s.outbox.QueueStage(sctx, b, opts, msgs...); err != nil {
 			return err
 		}
-		s.at("staged")
+		s.at("staging")
 		return nil
 	})
 	if span != nil {
@@ -258,8 +260,17 @@ func (s *Stager) appendQueued(ctx context.Context, store eventstore.QueuedAppend
 	if err != nil {
 		return res, err
 	}
+	s.at("staged")
 	s.outbox.Notify()
 	return res, nil
+}
+
+// storeSchema is the schema of a PostgreSQL event store's tables.
+func storeSchema(store any) string {
+	if ps, ok := store.(interface{ Schema() string }); ok {
+		return ps.Schema()
+	}
+	return ""
 }
 
 // AppendTx implements aggregate.Stager. Under Transactional the messages are staged on tx; the caller's commit

@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/stagehand-es/stagehand/aggregate"
 	"github.com/stagehand-es/stagehand/eventstore"
 	"github.com/stagehand-es/stagehand/internal/pgtest"
 	"github.com/stagehand-es/stagehand/outbox"
@@ -114,6 +115,56 @@ func TestTransactionalStagesInTheAppendTransaction(t *testing.T) {
 	require.ErrorIs(t, err, eventstore.ErrConcurrencyConflict)
 	require.Len(t, e.stagedIDs(), before, "a conflicting save stages nothing")
 	e.requireExactlyOnce(e.store)
+}
+
+// A Transactional save builds its messages before the insert, so the staging statement reads each message's source
+// position from its event: the last event's through the position sequence, the others by event ID. Concurrent saves
+// interleave their positions, and every staged message must still carry its own event's position (the watermark
+// rules of cleanup depend on it); a mapping sees the records as they will be stored, without position.
+func TestTransactionalMessagesCarryTheirEventsPositions(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	ctx := context.Background()
+	m := NewMapping(e.reg)
+	var sawPosition atomic.Int64
+	require.NoError(t, m.MapRaw("placed", "shop.order.placed", func(src eventstore.Record) ([]Message, error) {
+		sawPosition.Add(src.Position)
+		return []Message{{Topic: "orders", Type: "placed"}, {Topic: "billing", Type: "placed"}}, nil
+	}))
+	require.NoError(t, m.MapRaw("confirmed", "shop.order.confirmed", func(src eventstore.Record) ([]Message, error) {
+		sawPosition.Add(src.Position)
+		return []Message{{Topic: "orders", Type: "confirmed"}}, nil
+	}))
+	r, _ := e.repo(e.store, &Config{Strategy: Transactional, Outbox: e.outbox, Mapping: m})
+	var wg sync.WaitGroup
+	for w := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 10 {
+				_, err := r.Create(ctx, fmt.Sprintf("pos-%d-%d", w, i), func(o *Order) error {
+					if i%2 == 0 {
+						aggregate.Raise(o, OrderConfirmed{By: "x"}) // a single-event save
+						return nil
+					}
+					o.Place(1) // two events, three messages
+					return nil
+				})
+				if err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	require.Zero(t, sawPosition.Load(), "a Transactional mapping runs before the insert assigns positions")
+	var total, wrong int64
+	require.NoError(t, e.pool.QueryRow(ctx, `SELECT count(*), count(*) FILTER (WHERE o.source_position IS DISTINCT FROM
+		(SELECT ev.position FROM `+pgtest.Q(e.schema, "events")+` ev WHERE ev.event_id = o.causation_id::uuid))
+		FROM `+pgtest.Q(e.schema, "outbox")+` o`).Scan(&total, &wrong))
+	require.Equal(t, int64(8*(5*1+5*3)), total)
+	require.Zero(t, wrong, "messages whose source position is not their event's")
 }
 
 func TestTransactionalStagingErrorRollsBackTheAppend(t *testing.T) {
