@@ -60,11 +60,17 @@ func killDuringCommit(t *testing.T, how string) {
 			if !ok {
 				return
 			}
-			if pid == 0 { // AppendQueued: the only writer holding a lock on events
+			if pid == 0 { // AppendQueued: the only writer holding a lock on events, once its batch has arrived
 				var p int32
-				if err := pool.QueryRow(ctx, `SELECT pid FROM pg_locks WHERE relation = $1::regclass
-					AND mode = 'RowExclusiveLock' AND pid <> pg_backend_pid() LIMIT 1`, events).Scan(&p); err != nil {
-					return
+				for deadline := time.Now().Add(time.Second); ; {
+					err := pool.QueryRow(ctx, `SELECT pid FROM pg_locks WHERE relation = $1::regclass
+						AND mode = 'RowExclusiveLock' AND pid <> pg_backend_pid() LIMIT 1`, events).Scan(&p)
+					if err == nil {
+						break
+					}
+					if time.Now().After(deadline) {
+						return
+					}
 				}
 				pid = uint32(p)
 			}

@@ -2,7 +2,6 @@ package eventstore
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -92,9 +91,11 @@ func (c *PostgresConfig) withDefaults() (PostgresConfig, error) {
 // primary's transactions, so a gap there cannot be judged. Point log readers (projections, the Deferred stager,
 // the reconciler) at the primary; Load and ReadStream work on a standby.
 type PostgresStore struct {
-	pool     *pgxpool.Pool
-	cfg      PostgresConfig
-	t        tables
+	pool *pgxpool.Pool
+	cfg  PostgresConfig
+	t    tables
+	// appends are the append statements, by expectationKind and layout.
+	appends  [4][3]string
 	notifier *pgnotify.Notifier
 	channel  string
 
@@ -125,6 +126,11 @@ func NewPostgres(pool *pgxpool.Pool, cfg *PostgresConfig) (*PostgresStore, error
 			snapshots: pgx.Identifier{c.Schema, "snapshots"}.Sanitize(),
 		},
 		channel: pgnotify.Channel(c.Schema, "events"),
+	}
+	for i, expected := range []ExpectedVersion{NoStream, AnyVersion, StreamExists, 1} {
+		for _, l := range []layout{single, uniform, mixed} {
+			s.appends[i][l] = s.buildAppendSQL(expected, l)
+		}
 	}
 	if !c.DisableNotify {
 		s.notifier = pgnotify.NewNotifier(pool, s.channel, c.Logger)
@@ -306,10 +312,7 @@ func appendArgs(req AppendRequest) ([]any, layout, error) {
 	same := true
 	first := req.Events[0]
 	for i, e := range req.Events {
-		m, err := encodeMetadata(e.Metadata)
-		if err != nil {
-			return nil, 0, err
-		}
+		m := jsonmeta.Encode(e.Metadata)
 		metas[i] = m
 		same = same && m == metas[0] && e.TypeVersion == first.TypeVersion && e.OccurredAt.Equal(first.OccurredAt)
 	}
@@ -404,6 +407,24 @@ func scanAppended(rows pgx.Rows) ([]Record, error) {
 // NULL, so the statement fails on the column's NOT NULL constraint (translated into a conflict) rather than
 // inserting nothing: statements queued after it in the same transaction never run after a failed check.
 func (s *PostgresStore) appendSQL(expected ExpectedVersion, l layout) string {
+	return s.appends[expectationKind(expected)][l]
+}
+
+// expectationKind indexes the append statements by expected version: NoStream, AnyVersion, StreamExists, exact.
+func expectationKind(expected ExpectedVersion) int {
+	switch {
+	case expected == NoStream:
+		return 0
+	case expected == AnyVersion:
+		return 1
+	case expected == StreamExists:
+		return 2
+	}
+	return 3
+}
+
+// buildAppendSQL writes the statement appendSQL returns, once per store for each kind of expectation and layout.
+func (s *PostgresStore) buildAppendSQL(expected ExpectedVersion, l layout) string {
 	var base string
 	switch {
 	case expected == NoStream:
@@ -485,17 +506,6 @@ func failedVersionCheck(err error) bool {
 	var pgErr *pgconn.PgError
 	return errors.As(err, &pgErr) && pgErr.Code == "23502" && pgErr.ColumnName == "version" &&
 		pgErr.TableName == "events"
-}
-
-func encodeMetadata(m Metadata) (string, error) {
-	if len(m) == 0 {
-		return "{}", nil
-	}
-	b, err := json.Marshal(m)
-	if err != nil {
-		return "", fmt.Errorf("eventstore: encode metadata: %w", err)
-	}
-	return string(b), nil
 }
 
 // finishRecord normalises times to UTC and decodes the metadata column tolerantly: values that are not strings are

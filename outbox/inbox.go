@@ -15,6 +15,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/stagehand-es/stagehand"
+	"github.com/stagehand-es/stagehand/internal/jsonmeta"
 	"github.com/stagehand-es/stagehand/internal/telemetry"
 )
 
@@ -323,12 +324,9 @@ func (i *Inbox) failed(ctx context.Context, name, tenant, msgType string, msg *m
 	if !errors.Is(cause, ErrPermanent) && attempts < i.maxAttempts {
 		return cause
 	}
-	meta, err := encodeMetadata(msg.Metadata)
-	if err != nil {
-		meta = "{}"
-	}
+	meta := jsonmeta.Encode(msg.Metadata)
 	topic := message.SubscribeTopicFromCtx(ctx)
-	err = pgx.BeginFunc(ctx, i.o.pool, func(tx pgx.Tx) error {
+	err := pgx.BeginFunc(ctx, i.o.pool, func(tx pgx.Tx) error {
 		b := &pgx.Batch{}
 		b.Queue(i.o.q.inboxDeadLetter, msg.UUID, name, tenant, msgType, topic, []byte(msg.Payload), meta, attempts,
 			truncateError(cause), now)

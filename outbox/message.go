@@ -2,7 +2,6 @@ package outbox
 
 import (
 	"context"
-	"encoding/json"
 	"maps"
 	"time"
 
@@ -159,15 +158,4 @@ func (r *row) watermillMessage() *message.Message {
 		msg.Metadata.Set(HeaderPartitionKey, r.partitionKey)
 	}
 	return msg
-}
-
-func encodeMetadata(m map[string]string) (string, error) {
-	if len(m) == 0 {
-		return "{}", nil
-	}
-	b, err := json.Marshal(m)
-	if err != nil {
-		return "", err
-	}
-	return string(b), nil
 }

@@ -20,7 +20,7 @@ type queries struct {
 	// tables are the table markers of the templates and their qualified names, in strings.NewReplacer's form.
 	tables []string
 
-	stagePrelude, stageSave, stageRestore, lockKey string
+	stagePrelude, stageSave, stageRestore, lockKeyGeneric string
 	// stageOne and stageMany are the templates of the staging inserts, dedupOne and dedupMany their expanded
 	// deduplication conditions; staging holds them expanded for messages whose source positions are given.
 	stageOne, stageMany, dedupOne, dedupMany         string
@@ -46,6 +46,7 @@ func newQueries(schema string) queries {
 	t := func(name string) string { return pgx.Identifier{schema, name}.Sanitize() }
 	tables := []string{
 		"{outbox}", t("outbox"),
+		"{seq}", strings.ReplaceAll(t("outbox_seq"), "'", "''"), // inside a string literal: nextval('{seq}')
 		"{sent}", t("outbox_sent"),
 		"{dead}", t("outbox_dead_letters"),
 		"{watermarks}", t("outbox_watermarks"),
@@ -93,9 +94,12 @@ func newQueries(schema string) queries {
 		stagePrelude: `SELECT set_config('plan_cache_mode', 'force_generic_plan', true),
     set_config('enable_seqscan', 'off', true), set_config('enable_bitmapscan', 'off', true),
     (SELECT count(*) FROM (SELECT pg_advisory_xact_lock(l) FROM unnest($1::int8[]) AS l OFFSET 0) locked)`,
-		// The prelude of a single message: its key's lock alone. Its statements take scalar arguments, whose generic
-		// plans PostgreSQL settles on by itself, and every probe they make has an index that fits it exactly.
-		lockKey: `SELECT pg_advisory_xact_lock($1)`,
+		// The prelude of a single message staged at the end of its transaction (StageOptions.EndsTransaction): its
+		// key's lock, and generic plans, so a connection never plans the statement per call, nor locks (as planning
+		// does) every index of the tables it reads, more relations than the fast-path lock slots hold. Nothing needs
+		// the setting put back, and the other settings of stagePrelude are not needed: the statement takes scalar
+		// arguments, and every probe it makes has an index that fits it exactly.
+		lockKeyGeneric: `SELECT pg_advisory_xact_lock($1), set_config('plan_cache_mode', 'force_generic_plan', true)`,
 		stageSave: `SELECT set_config('stagehand.plan_cache_mode', current_setting('plan_cache_mode'), true),
     set_config('stagehand.enable_seqscan', current_setting('enable_seqscan'), true),
     set_config('stagehand.enable_bitmapscan', current_setting('enable_bitmapscan'), true)`,
@@ -104,34 +108,36 @@ func newQueries(schema string) queries {
     set_config('enable_bitmapscan', current_setting('stagehand.enable_bitmapscan'), true)`,
 
 		// Staging one message, with scalar arguments (the common case: one event, one message). An ordered message
-		// ($10 true, its key's lock held) takes the sequence number after the highest its key still has, pending or
-		// dead-lettered, and is parked ('infinity') behind a pending one or a dead letter holding the key until
-		// promoted. Sequence numbers only order the messages a key has at the same time; a key that has emptied
-		// starts again from 1. The new-ID form is a plain insert (no ON CONFLICT: a speculative insertion costs an
-		// index probe and a WAL record more, and a conflict there would be a broken promise, better reported). {new} is empty
-		// when the message ID cannot have been staged before (see StageOptions.NewIDs); otherwise it skips an ID
-		// its tenant already has in the sent ledger or the dead letters for the topic.
+		// ($10 true, its key's lock held) draws its sequence number from outbox_seq (migration 031): a later stager of
+		// the key waits for the lock, so it draws a higher one. It is parked ('infinity') behind a pending message of
+		// its key or a dead letter holding the key, until promoted. Each of those two probes asks for the key's first
+		// sequence number (see the claim), as a scalar subquery run once. The new-ID form is a plain insert (no ON
+		// CONFLICT: a speculative insertion costs an index probe and a WAL record more, and a conflict there would
+		// be a broken promise, better reported): {dedup one} is empty when the message ID cannot have been staged
+		// before (see StageOptions.NewIDs); otherwise it skips an ID its tenant already has in the sent ledger or
+		// the dead letters for the topic.
 		stageOne: `
 INSERT INTO {outbox} (message_id, message_type, topic, payload, metadata, tenant_id, correlation_id, causation_id,
     partition_key, seq, source_position, scheduled_at, next_attempt_at, created_at)
-SELECT $1::text, $2::text, $3::text, $4::bytea, $5::jsonb, $6::text, $7::text, $8::text, $9::text, k.seq,
-    {position one}, $12::timestamptz, CASE WHEN k.held THEN 'infinity'::timestamptz ELSE coalesce($12, $13) END,
+SELECT $1::text, $2::text, $3::text, $4::bytea, $5::jsonb, $6::text, $7::text, $8::text, $9::text,
+    CASE WHEN $10::bool THEN nextval('{seq}') END, {position one}, $12::timestamptz,
+    CASE WHEN $10::bool AND (
+            (SELECT p.seq FROM {outbox} p
+             WHERE p.tenant_id = $6 AND p.partition_key = $9 AND p.seq IS NOT NULL
+             ORDER BY p.seq LIMIT 1) IS NOT NULL
+         OR (SELECT d.seq FROM {dead} d
+             WHERE d.holds_key AND d.tenant_id = $6 AND d.partition_key = $9 AND d.seq IS NOT NULL
+             ORDER BY d.seq LIMIT 1) IS NOT NULL)
+         THEN 'infinity'::timestamptz ELSE coalesce($12, $13) END,
     $13::timestamptz
-FROM (
-    SELECT CASE WHEN $10::bool THEN coalesce(greatest(p.seq, d.seq), 0) + 1 END AS seq,
-           $10::bool AND (p.seq IS NOT NULL OR coalesce(d.holds, false)) AS held
-    FROM (SELECT (SELECT p.seq FROM {outbox} p
-                  WHERE $10::bool AND p.tenant_id = $6 AND p.partition_key = $9 AND p.seq IS NOT NULL
-                  ORDER BY p.seq DESC LIMIT 1) AS seq) p,
-         (SELECT max(d.seq) AS seq, bool_or(d.holds_key) AS holds FROM {dead} d
-          WHERE $10::bool AND d.tenant_id = $6 AND d.partition_key = $9 AND d.seq IS NOT NULL) d
-) k
 WHERE true{dedup one}`,
 
-		// Staging several messages: the same, over arrays. Ordered messages are numbered within their key by the
-		// caller ($12, 1..n per key). Each key is probed once, on its first message, and the window spreads the
-		// result over the key's other messages: no join of the messages with their keys, which a plan made for a
-		// few rows runs as a nested loop (a thousand times a thousand comparisons for a batch of a thousand keys).
+		// Staging several messages: the same, over arrays. The caller numbers ordered messages within their key
+		// ($12, 1..n per key): a key's first message is probed, the window spreads the result over the key's other
+		// messages (no join of the messages with their keys, which a plan made for a few rows runs as a nested loop:
+		// a thousand times a thousand comparisons for a batch of a thousand keys), and the later ones are parked
+		// behind it. Sequence numbers are drawn in key order (the subquery's ORDER BY, kept by OFFSET 0), so a key's
+		// messages are numbered in the caller's order.
 		stageMany: `
 WITH input AS (
     SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::bytea[], $5::text[], $6::text[], $7::text[],
@@ -139,30 +145,32 @@ WITH input AS (
         AS m(message_id, message_type, topic, payload, metadata, tenant_id, correlation_id, causation_id,
              partition_key, source_position, scheduled_at, key_index)
 ), probed AS (
-    SELECT n.*, b.last, b.held
+    SELECT n.*, b.held
     FROM input n
     LEFT JOIN LATERAL (
-        SELECT greatest(p.seq, d.seq) AS last, p.seq IS NOT NULL OR coalesce(d.holds, false) AS held
-        FROM (SELECT (SELECT p.seq FROM {outbox} p
-                      WHERE p.tenant_id = n.tenant_id AND p.partition_key = n.partition_key AND p.seq IS NOT NULL
-                      ORDER BY p.seq DESC LIMIT 1) AS seq) p,
-             (SELECT max(d.seq) AS seq, bool_or(d.holds_key) AS holds FROM {dead} d
-              WHERE d.tenant_id = n.tenant_id AND d.partition_key = n.partition_key AND d.seq IS NOT NULL) d
+        SELECT (SELECT p.seq FROM {outbox} p
+                WHERE p.tenant_id = n.tenant_id AND p.partition_key = n.partition_key AND p.seq IS NOT NULL
+                ORDER BY p.seq LIMIT 1) IS NOT NULL
+            OR (SELECT d.seq FROM {dead} d
+                WHERE d.holds_key AND d.tenant_id = n.tenant_id AND d.partition_key = n.partition_key
+                  AND d.seq IS NOT NULL
+                ORDER BY d.seq LIMIT 1) IS NOT NULL AS held
         WHERE n.key_index = 1
     ) b ON true
 ), numbered AS (
-    SELECT n.*, max(n.last) OVER k AS key_last, coalesce(bool_or(n.held) OVER k, false) AS key_held
+    SELECT n.*, coalesce(bool_or(n.held) OVER k, false) AS key_held
     FROM probed n
     WINDOW k AS (PARTITION BY n.tenant_id, n.partition_key)
 )
 INSERT INTO {outbox} (message_id, message_type, topic, payload, metadata, tenant_id, correlation_id, causation_id,
     partition_key, seq, source_position, scheduled_at, next_attempt_at, created_at)
 SELECT n.message_id, n.message_type, n.topic, n.payload, n.metadata::jsonb, n.tenant_id, n.correlation_id,
-    n.causation_id, n.partition_key, coalesce(n.key_last, 0) + n.key_index, {position many}, n.scheduled_at,
+    n.causation_id, n.partition_key, CASE WHEN n.key_index IS NOT NULL THEN nextval('{seq}') END, {position many},
+    n.scheduled_at,
     CASE WHEN n.key_index > 1 OR (n.key_index IS NOT NULL AND n.key_held) THEN 'infinity'::timestamptz
          ELSE coalesce(n.scheduled_at, $13) END,
     $13
-FROM numbered n
+FROM (SELECT * FROM numbered ORDER BY tenant_id, partition_key, key_index OFFSET 0) n
 WHERE true{dedup many}`,
 
 		// The recheck closes a race the statement above cannot see: its snapshot predates a relay's move of the
@@ -501,7 +509,7 @@ ON CONFLICT (message_id, topic, tenant_id) DO NOTHING`
 	q.dedupOne, q.dedupMany = q.expand(dedupOne), q.expand(dedupMany)
 	q.staging = q.stagingStatements("")
 	for _, p := range []*string{
-		&q.stagePrelude, &q.lockKey, &q.stageSave, &q.stageRestore, &q.stageRecheckOne, &q.stageRecheckMany, &q.nextDue,
+		&q.stagePrelude, &q.lockKeyGeneric, &q.stageSave, &q.stageRestore, &q.stageRecheckOne, &q.stageRecheckMany, &q.nextDue,
 		&q.lockKeys, &q.lockKeysWait, &q.promote, &q.sweep, &q.redrive, &q.discard, &q.listDead, &q.getDead,
 		&q.stats, &q.cleanupSent, &q.registerWatermark, &q.advanceWatermark, &q.dropWM, &q.wms,
 		&q.inboxClaim, &q.inboxAttempt, &q.inboxClearAttempts, &q.inboxDeadLetter, &q.inboxMarkDead,

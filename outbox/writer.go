@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/stagehand-es/stagehand"
+	"github.com/stagehand-es/stagehand/internal/jsonmeta"
 )
 
 // Stage stages msgs in one transaction of its own, sends a wake-up notification after the commit, and returns how
@@ -118,10 +119,11 @@ func (o *Outbox) QueueStage(ctx context.Context, b *pgx.Batch, opts *StageOption
 	if err != nil {
 		return nil, err
 	}
-	// Several messages are staged with array arguments, under transaction-local settings (see stagePrelude) put
-	// back afterwards unless the transaction ends with the staging; a single message with scalar arguments needs
-	// none, only its key's lock.
-	settings := len(a.ids) > 1
+	// The staging statements run under transaction-local settings (generic plans, index access only: see
+	// stagePrelude), which are put back afterwards unless the transaction ends with the staging. A single message
+	// staged at the end of its transaction needs only generic plans (lockKeyGeneric): its statements take scalar
+	// arguments and every probe has an index that fits it exactly.
+	settings := len(a.ids) > 1 || !opt.EndsTransaction && len(a.locks) > 0
 	switch {
 	case settings:
 		if !opt.EndsTransaction {
@@ -129,7 +131,7 @@ func (o *Outbox) QueueStage(ctx context.Context, b *pgx.Batch, opts *StageOption
 		}
 		b.Queue(o.q.stagePrelude, a.locks)
 	case len(a.locks) == 1:
-		b.Queue(o.q.lockKey, a.locks[0])
+		b.Queue(o.q.lockKeyGeneric, a.locks[0])
 	}
 	count := func(ct pgconn.CommandTag) error {
 		staged.n += int(ct.RowsAffected())
@@ -209,9 +211,70 @@ type stageArgs struct {
 	locks []int64
 }
 
+// stagedRow is one message's column values, validated and with its defaults filled.
+type stagedRow struct {
+	id, typ, topic, meta, tenant, corr, cause, key string
+	payload                                        []byte
+	pos                                            *int64
+	sched                                          *time.Time
+}
+
+// row validates msg (the i-th of a call) and fills its defaults from ctx (traceCtx: ctx's trace headers).
+func (o *Outbox) row(ctx context.Context, i int, m *Message, traceCtx map[string]string) (stagedRow, error) {
+	if m.ID == "" {
+		return stagedRow{}, invalidMessage("message %d: ID is empty", i)
+	}
+	if strings.TrimSpace(m.Topic) == "" {
+		return stagedRow{}, invalidMessage("message %q: Topic is empty", m.ID)
+	}
+	tenant := m.Tenant
+	if tenant == "" {
+		tenant = stagehand.TenantFrom(ctx)
+	}
+	tenant = stagehand.NormalizeTenant(tenant)
+	if err := checkMessage(i, m, tenant); err != nil {
+		return stagedRow{}, err
+	}
+	r := stagedRow{id: m.ID, typ: m.Type, topic: m.Topic, tenant: tenant, key: m.PartitionKey,
+		meta:    jsonmeta.Encode(withTraceContext(m.Metadata, traceCtx)),
+		corr:    firstNonEmpty(m.CorrelationID, stagehand.CorrelationIDFrom(ctx)),
+		cause:   firstNonEmpty(m.CausationID, stagehand.CausationIDFrom(ctx)),
+		payload: m.Payload}
+	if r.payload == nil {
+		r.payload = []byte{}
+	}
+	if m.SourcePosition != 0 {
+		p := m.SourcePosition
+		r.pos = &p
+	}
+	if !m.ScheduledAt.IsZero() {
+		s := m.ScheduledAt.UTC()
+		r.sched = &s
+	}
+	return r, nil
+}
+
+// ordered reports whether the row takes part in its key's order.
+func (r *stagedRow) ordered() bool { return r.key != "" && r.sched == nil }
+
 // stageArgs validates msgs, fills defaults from ctx, drops repeated (tenant, ID, topic) triples (the first wins) and
 // numbers the ordered messages within their key (a key is one tenant's).
 func (o *Outbox) stageArgs(ctx context.Context, msgs []Message) (stageArgs, error) {
+	traceCtx := traceHeaders(ctx)
+	if len(msgs) == 1 { // the common case, with scalar arguments and nothing to number
+		r, err := o.row(ctx, 0, &msgs[0], traceCtx)
+		if err != nil {
+			return stageArgs{}, err
+		}
+		a := stageArgs{ids: []string{r.id}, topics: []string{r.topic}, tenants: []string{r.tenant},
+			locks: []int64{}}
+		if r.ordered() {
+			a.locks = []int64{o.keyLock(r.tenant, r.key)}
+		}
+		a.one = []any{r.id, r.typ, r.topic, r.payload, r.meta, r.tenant, r.corr, r.cause, r.key, r.ordered(), r.pos,
+			r.sched, o.now()}
+		return a, nil
+	}
 	n := len(msgs)
 	var (
 		ids, types, topics, metas, tenants, corrs, causes, keys = make([]string, 0, n), make([]string, 0, n),
@@ -224,62 +287,32 @@ func (o *Outbox) stageArgs(ctx context.Context, msgs []Message) (stageArgs, erro
 		seen      = make(map[[3]string]struct{}, n)
 		perKey    = map[tenantKey]int64{}
 		locks     []int64
-		traceCtx  = traceHeaders(ctx)
 	)
 	for i := range msgs {
-		m := &msgs[i]
-		if m.ID == "" {
-			return stageArgs{}, invalidMessage("message %d: ID is empty", i)
-		}
-		if strings.TrimSpace(m.Topic) == "" {
-			return stageArgs{}, invalidMessage("message %q: Topic is empty", m.ID)
-		}
-		tenant := m.Tenant
-		if tenant == "" {
-			tenant = stagehand.TenantFrom(ctx)
-		}
-		tenant = stagehand.NormalizeTenant(tenant)
-		if err := checkMessage(i, m, tenant); err != nil {
+		r, err := o.row(ctx, i, &msgs[i], traceCtx)
+		if err != nil {
 			return stageArgs{}, err
 		}
-		if _, dup := seen[[3]string{tenant, m.ID, m.Topic}]; dup {
+		if _, dup := seen[[3]string{r.tenant, r.id, r.topic}]; dup {
 			continue
 		}
-		seen[[3]string{tenant, m.ID, m.Topic}] = struct{}{}
-		meta, err := encodeMetadata(withTraceContext(m.Metadata, traceCtx))
-		if err != nil {
-			return stageArgs{}, invalidMessage("message %q: metadata: %v", m.ID, err)
-		}
-		payload := m.Payload
-		if payload == nil {
-			payload = []byte{}
-		}
-		ids = append(ids, m.ID)
-		types = append(types, m.Type)
-		topics = append(topics, m.Topic)
-		payloads = append(payloads, payload)
-		metas = append(metas, meta)
-		tenants = append(tenants, tenant)
-		corrs = append(corrs, firstNonEmpty(m.CorrelationID, stagehand.CorrelationIDFrom(ctx)))
-		causes = append(causes, firstNonEmpty(m.CausationID, stagehand.CausationIDFrom(ctx)))
-		keys = append(keys, m.PartitionKey)
-		var pos *int64
-		if m.SourcePosition != 0 {
-			p := m.SourcePosition
-			pos = &p
-		}
-		positions = append(positions, pos)
-		var sched *time.Time
-		if !m.ScheduledAt.IsZero() {
-			s := m.ScheduledAt.UTC()
-			sched = &s
-		}
-		scheduled = append(scheduled, sched)
+		seen[[3]string{r.tenant, r.id, r.topic}] = struct{}{}
+		ids = append(ids, r.id)
+		types = append(types, r.typ)
+		topics = append(topics, r.topic)
+		payloads = append(payloads, r.payload)
+		metas = append(metas, r.meta)
+		tenants = append(tenants, r.tenant)
+		corrs = append(corrs, r.corr)
+		causes = append(causes, r.cause)
+		keys = append(keys, r.key)
+		positions = append(positions, r.pos)
+		scheduled = append(scheduled, r.sched)
 		var idx *int64
-		if m.PartitionKey != "" && sched == nil {
-			tk := tenantKey{tenant, m.PartitionKey}
+		if r.ordered() {
+			tk := tenantKey{r.tenant, r.key}
 			if perKey[tk] == 0 {
-				locks = append(locks, o.keyLock(tenant, m.PartitionKey))
+				locks = append(locks, o.keyLock(r.tenant, r.key))
 			}
 			perKey[tk]++
 			v := perKey[tk]

@@ -13,6 +13,7 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/stagehand-es/stagehand/aggregate"
@@ -203,34 +204,53 @@ func hotName(q string) string {
 // A save locks few enough relations to stay within PostgreSQL's 16 fast-path lock slots per backend: beyond them,
 // every lock goes through the shared lock manager (a LockManager LWLock partition), which serializes concurrent
 // saves. Measured on the transactional twin (SaveTx), whose transaction is open to look at: it runs the same
-// statements as Save (plus a savepoint).
+// statements as Save (plus a savepoint), in the steady state of a connection that has planned them (planning locks
+// every index of a table it reads, once per connection and after each invalidation).
 func TestSaveStaysWithinFastPathLocks(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
-	e.m = singleMapping(e.reg)
 	ctx := context.Background()
-	r, _ := e.repo(e.store, &Config{Strategy: Transactional, Outbox: e.outbox})
+	cfg := e.pool.Config().Copy()
+	cfg.MaxConns = 1 // one connection: its plans are the ones warmed up
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	one := setupOn(t, pool, e.schema)
+	one.m = singleMapping(one.reg)
+	r, _ := one.repo(one.store, &Config{Strategy: Transactional, Outbox: one.outbox})
 	for _, events := range []int{1, 2} {
 		o := r.New(fmt.Sprintf("locks-%d", events))
 		aggregate.Raise(o, OrderPlaced{Total: 1})
 		require.NoError(t, r.Save(ctx, o)) // the outbox has a pending row and the key a message: probes hit
-		tx, err := e.pool.Begin(ctx)
-		require.NoError(t, err)
-		if events == 1 {
-			aggregate.Raise(o, OrderPlaced{Total: 1})
-		} else {
-			o.Place(1)
+		saveTx := func(inspect func(tx pgx.Tx)) {
+			tx, err := pool.Begin(ctx)
+			require.NoError(t, err)
+			if events == 1 {
+				aggregate.Raise(o, OrderPlaced{Total: 1})
+			} else {
+				o.Place(1)
+			}
+			require.NoError(t, r.SaveTx(ctx, tx, o))
+			inspect(tx)
+			require.NoError(t, tx.Rollback(ctx))
+			loaded, err := r.Load(ctx, o.ID()) // the rolled-back save left o ahead of its stream
+			require.NoError(t, err)
+			*o = *loaded
 		}
-		require.NoError(t, r.SaveTx(ctx, tx, o))
-		var pid int
-		require.NoError(t, tx.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&pid))
-		var relations, slow int64
-		require.NoError(t, e.pool.QueryRow(ctx, `SELECT count(DISTINCT relation), count(*) FILTER (WHERE NOT fastpath)
-			FROM pg_locks WHERE pid = $1 AND locktype = 'relation'`, pid).Scan(&relations, &slow))
-		require.NoError(t, tx.Rollback(ctx))
-		t.Logf("save of %d event(s): %d relations locked, %d locks outside the fast path", events, relations, slow)
-		require.Zero(t, slow, "a save of %d event(s) took %d relation locks, %d outside the fast path", events,
-			relations, slow)
-		require.LessOrEqual(t, relations, int64(16))
+		for range 6 { // past PostgreSQL's custom plans
+			saveTx(func(pgx.Tx) {})
+		}
+		saveTx(func(tx pgx.Tx) {
+			var relations, slow int64
+			require.NoError(t, tx.QueryRow(ctx, `SELECT count(DISTINCT relation),
+				count(*) FILTER (WHERE NOT fastpath) FROM pg_locks
+				WHERE pid = pg_backend_pid() AND locktype = 'relation' AND relation <> 'pg_locks'::regclass`).
+				Scan(&relations, &slow))
+			t.Logf("save of %d event(s): %d relations locked, %d locks outside the fast path", events, relations,
+				slow)
+			require.Zero(t, slow, "a save of %d event(s) took %d relation locks, %d outside the fast path", events,
+				relations, slow)
+			require.LessOrEqual(t, relations, int64(16))
+		})
 	}
 }

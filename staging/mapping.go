@@ -264,22 +264,19 @@ func toOutbox(rec eventstore.Record, mapping string, index int, msg Message) (ou
 	if msg.Unordered {
 		key = ""
 	}
+	eventID := rec.EventID.String()
 	correlation := rec.Metadata[stagehand.HeaderCorrelationID]
 	if correlation == "" {
-		correlation = rec.EventID.String() // the event starts the conversation
+		correlation = eventID // the event starts the conversation
 	}
-	meta := maps.Clone(msg.Headers)
-	if meta == nil {
-		meta = map[string]string{}
-	}
+	meta := make(map[string]string, len(msg.Headers)+7)
+	maps.Copy(meta, msg.Headers)
 	telemetry.CopyTraceContext(meta, rec.Metadata) // the save's trace goes on with the message
-	maps.Copy(meta, map[string]string{
-		stagehand.HeaderAggregateID:   rec.StreamID,
-		stagehand.HeaderAggregateType: rec.StreamType,
-		stagehand.HeaderEventID:       rec.EventID.String(),
-		stagehand.HeaderEventType:     rec.Type,
-		stagehand.HeaderOccurredAt:    rec.OccurredAt.UTC().Format(time.RFC3339Nano),
-	})
+	meta[stagehand.HeaderAggregateID] = rec.StreamID
+	meta[stagehand.HeaderAggregateType] = rec.StreamType
+	meta[stagehand.HeaderEventID] = eventID
+	meta[stagehand.HeaderEventType] = rec.Type
+	meta[stagehand.HeaderOccurredAt] = rec.OccurredAt.UTC().Format(time.RFC3339Nano)
 	return outbox.Message{
 		ID:             MessageID(rec.Tenant, rec.StreamID, rec.Version, mapping, index),
 		Topic:          msg.Topic,
@@ -288,7 +285,7 @@ func toOutbox(rec eventstore.Record, mapping string, index int, msg Message) (ou
 		Metadata:       meta,
 		Tenant:         rec.Tenant,
 		CorrelationID:  correlation,
-		CausationID:    rec.EventID.String(),
+		CausationID:    eventID,
 		PartitionKey:   key,
 		SourcePosition: rec.Position,
 		ScheduledAt:    msg.ScheduledAt,

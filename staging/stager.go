@@ -351,7 +351,8 @@ func (s *Stager) stageAfterCommit(ctx context.Context, recs []eventstore.Record,
 			return 0, nil
 		}
 	}
-	if err := s.stage(ctx, tx, msgs, nil); err != nil {
+	// Only the commit follows the staging statements.
+	if err := s.stage(ctx, tx, msgs, &outbox.StageOptions{EndsTransaction: true}); err != nil {
 		return 0, err
 	}
 	s.at("staged")

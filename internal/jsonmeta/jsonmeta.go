@@ -13,6 +13,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
+	"unicode/utf8"
+	"unsafe"
 )
 
 // InvalidKey is the key under which Map keeps the JSON text of a stored metadata value that is not a JSON object.
@@ -84,4 +87,88 @@ func truncate(b []byte) string {
 		return string(b)
 	}
 	return string(b[:n]) + "..."
+}
+
+// Encode writes metadata as a JSON object, byte for byte as encoding/json.Marshal writes a map[string]string (keys
+// sorted, HTML characters and U+2028/U+2029 escaped, invalid UTF-8 replaced by U+FFFD), without reflection: it runs
+// on every save and every staged message. Empty metadata is "{}".
+func Encode(m map[string]string) string {
+	if len(m) == 0 {
+		return "{}"
+	}
+	var small [16]string
+	keys := small[:0]
+	size := 2
+	for k, v := range m {
+		keys = append(keys, k)
+		size += len(k) + len(v) + 6
+	}
+	slices.Sort(keys)
+	b := make([]byte, 0, size)
+	b = append(b, '{')
+	for i, k := range keys {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = appendString(b, k)
+		b = append(b, ':')
+		b = appendString(b, m[k])
+	}
+	b = append(b, '}')
+	return unsafe.String(unsafe.SliceData(b), len(b))
+}
+
+const hex = "0123456789abcdef"
+
+// appendString appends s as a JSON string, escaped as encoding/json escapes it.
+func appendString(b []byte, s string) []byte {
+	b = append(b, '"')
+	start := 0
+	for i := 0; i < len(s); {
+		c := s[i]
+		if c < utf8.RuneSelf {
+			if c >= 0x20 && c != '"' && c != '\\' && c != '<' && c != '>' && c != '&' {
+				i++
+				continue
+			}
+			b = append(b, s[start:i]...)
+			switch c {
+			case '"', '\\':
+				b = append(b, '\\', c)
+			case '\b':
+				b = append(b, '\\', 'b')
+			case '\f':
+				b = append(b, '\\', 'f')
+			case '\n':
+				b = append(b, '\\', 'n')
+			case '\r':
+				b = append(b, '\\', 'r')
+			case '\t':
+				b = append(b, '\\', 't')
+			default:
+				b = append(b, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xf])
+			}
+			i++
+			start = i
+			continue
+		}
+		r, size := utf8.DecodeRuneInString(s[i:])
+		if r == utf8.RuneError && size == 1 {
+			b = append(b, s[start:i]...)
+			b = append(b, `\ufffd`...)
+			i += size
+			start = i
+			continue
+		}
+		if r == '\u2028' || r == '\u2029' {
+			b = append(b, s[start:i]...)
+			b = append(b, '\\', 'u', '2', '0', '2', hex[r&0xf])
+			i += size
+			start = i
+			continue
+		}
+		i += size
+	}
+	b = append(b, s[start:]...)
+	return append(b, '"')
 }

@@ -58,3 +58,26 @@ func FuzzDecode(f *testing.F) {
 		}
 	})
 }
+
+// Encode writes what encoding/json writes for the same map, for every kind of character it escapes, and what it
+// writes decodes back to the map (invalid UTF-8 aside, which both replace).
+func FuzzEncodeMatchesEncodingJSON(f *testing.F) {
+	for _, s := range []string{"", "plain", `quote " and \ back`, "<html> & </html>", "tab\tnew\nline\rcr\b\f",
+		"\x00\x01\x1f", "line\u2028para\u2029", "invalid \xff\xfe utf-8", "é 日本 🎉", "\x7f"} {
+		f.Add(s, s+"k")
+	}
+	f.Fuzz(func(t *testing.T, k, v string) {
+		for _, m := range []map[string]string{{k: v}, {k: v, v: k, "z": k + v}, nil} {
+			want, err := json.Marshal(m)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(m) == 0 {
+				want = []byte("{}")
+			}
+			if got := jsonmeta.Encode(m); got != string(want) {
+				t.Fatalf("Encode(%q) = %s, encoding/json writes %s", m, got, want)
+			}
+		}
+	})
+}
