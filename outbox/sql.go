@@ -82,8 +82,8 @@ func newQueries(schema string) queries {
 		// Staging, first statement: the prelude. It takes, in ascending order (as every waiting locker does, so two
 		// stagers never deadlock), the transaction-scoped advisory lock of every (tenant, partition key) the call
 		// orders ($1: keyLock of each), so a later stager of the same key waits for this transaction to end and
-		// numbers its messages after these: sequence order is staging-commit order. The statements after it take
-		// their snapshots once the locks are held, so they see every earlier staging of these keys.
+		// draws higher sequence numbers: sequence order is staging-commit order. The statements after it take their
+		// snapshots once the locks are held, so they see every earlier staging of these keys.
 		//
 		// It also sets, for the rest of the transaction, what the staging statements need whatever the table's
 		// statistics say (a queue table's are usually wrong: a vacuum that finds it empty records zero rows):
@@ -132,45 +132,32 @@ SELECT $1::text, $2::text, $3::text, $4::bytea, $5::jsonb, $6::text, $7::text, $
     $13::timestamptz
 WHERE true{dedup one}`,
 
-		// Staging several messages: the same, over arrays. The caller numbers ordered messages within their key
-		// ($12, 1..n per key): a key's first message is probed, the window spreads the result over the key's other
-		// messages (no join of the messages with their keys, which a plan made for a few rows runs as a nested loop:
-		// a thousand times a thousand comparisons for a batch of a thousand keys), and the later ones are parked
-		// behind it. Sequence numbers are drawn in key order (the subquery's ORDER BY, kept by OFFSET 0), so a key's
-		// messages are numbered in the caller's order.
+		// Staging several messages: the same, over arrays, in one scan of them. The caller numbers ordered messages
+		// within their key ($12, 1..n per key, in the arrays' order): a key's first message is parked when its key
+		// has a pending message or a holding dead letter (probed for it alone), the later ones behind it. Sequence
+		// numbers are drawn as the rows are read, in the arrays' order, so a key's messages are numbered in the
+		// caller's order. No join of the messages with their keys: a plan made for a few rows runs one as a nested
+		// loop (a thousand times a thousand comparisons for a batch of a thousand keys).
 		stageMany: `
-WITH input AS (
-    SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::bytea[], $5::text[], $6::text[], $7::text[],
-        $8::text[], $9::text[], $10::bigint[], $11::timestamptz[], $12::bigint[])
-        AS m(message_id, message_type, topic, payload, metadata, tenant_id, correlation_id, causation_id,
-             partition_key, source_position, scheduled_at, key_index)
-), probed AS (
-    SELECT n.*, b.held
-    FROM input n
-    LEFT JOIN LATERAL (
-        SELECT (SELECT p.seq FROM {outbox} p
-                WHERE p.tenant_id = n.tenant_id AND p.partition_key = n.partition_key AND p.seq IS NOT NULL
-                ORDER BY p.seq LIMIT 1) IS NOT NULL
-            OR (SELECT d.seq FROM {dead} d
-                WHERE d.holds_key AND d.tenant_id = n.tenant_id AND d.partition_key = n.partition_key
-                  AND d.seq IS NOT NULL
-                ORDER BY d.seq LIMIT 1) IS NOT NULL AS held
-        WHERE n.key_index = 1
-    ) b ON true
-), numbered AS (
-    SELECT n.*, coalesce(bool_or(n.held) OVER k, false) AS key_held
-    FROM probed n
-    WINDOW k AS (PARTITION BY n.tenant_id, n.partition_key)
-)
 INSERT INTO {outbox} (message_id, message_type, topic, payload, metadata, tenant_id, correlation_id, causation_id,
     partition_key, seq, source_position, scheduled_at, next_attempt_at, created_at)
 SELECT n.message_id, n.message_type, n.topic, n.payload, n.metadata::jsonb, n.tenant_id, n.correlation_id,
     n.causation_id, n.partition_key, CASE WHEN n.key_index IS NOT NULL THEN nextval('{seq}') END, {position many},
     n.scheduled_at,
-    CASE WHEN n.key_index > 1 OR (n.key_index IS NOT NULL AND n.key_held) THEN 'infinity'::timestamptz
-         ELSE coalesce(n.scheduled_at, $13) END,
+    CASE WHEN n.key_index > 1 OR n.key_index = 1 AND (
+            (SELECT p.seq FROM {outbox} p
+             WHERE p.tenant_id = n.tenant_id AND p.partition_key = n.partition_key AND p.seq IS NOT NULL
+             ORDER BY p.seq LIMIT 1) IS NOT NULL
+         OR (SELECT d.seq FROM {dead} d
+             WHERE d.holds_key AND d.tenant_id = n.tenant_id AND d.partition_key = n.partition_key
+               AND d.seq IS NOT NULL
+             ORDER BY d.seq LIMIT 1) IS NOT NULL)
+         THEN 'infinity'::timestamptz ELSE coalesce(n.scheduled_at, $13) END,
     $13
-FROM (SELECT * FROM numbered ORDER BY tenant_id, partition_key, key_index OFFSET 0) n
+FROM unnest($1::text[], $2::text[], $3::text[], $4::bytea[], $5::text[], $6::text[], $7::text[], $8::text[],
+        $9::text[], $10::bigint[], $11::timestamptz[], $12::bigint[])
+    AS n(message_id, message_type, topic, payload, metadata, tenant_id, correlation_id, causation_id,
+         partition_key, source_position, scheduled_at, key_index)
 WHERE true{dedup many}`,
 
 		// The recheck closes a race the statement above cannot see: its snapshot predates a relay's move of the

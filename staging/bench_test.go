@@ -1,8 +1,10 @@
 package staging
 
 // Save per strategy (1 event -> 1 message) at 1 and 16 clients, each beside raw SQL that writes the same event row
-// and outbox row in one transaction, alternating in the same run on a durable cluster; and the delay from the
-// append's commit to the staged row under EventuallyConsistent and Deferred:
+// and outbox row in one transaction, alternating in the same run on a durable cluster; a Transactional save of 10
+// events and 10 messages beside a raw transaction inserting the 10 event rows and the 10 outbox rows (one
+// multi-row INSERT each); and the delay from the append's commit to the staged row under EventuallyConsistent and
+// Deferred:
 //
 //	go test ./staging -run '^$' -bench . -benchtime 1x
 
@@ -83,6 +85,62 @@ func BenchmarkSave(b *testing.B) {
 					})
 			})
 		}
+	}
+}
+
+// BenchmarkSaveTen is a Transactional save of 10 events, each mapped to one message, beside a raw transaction that
+// inserts the same 10 event rows and 10 outbox rows (one multi-row INSERT each).
+func BenchmarkSaveTen(b *testing.B) {
+	for _, clients := range []int{1, 16} {
+		b.Run(fmt.Sprintf("transactional/clients=%d", clients), func(b *testing.B) {
+			e := benchEnv(b)
+			ctx := context.Background()
+			r, _ := e.repo(e.store, &Config{Strategy: Transactional, Outbox: e.outbox})
+			orders := make([]*Order, clients)
+			for i := range orders {
+				orders[i] = r.New(fmt.Sprintf("o-%d", benchSeq.Add(1)))
+			}
+			rawVersions := make([]int64, clients)
+			rawIDs := make([]string, clients)
+			for i := range rawIDs {
+				rawIDs[i] = fmt.Sprintf("raw-%d", benchSeq.Add(1))
+			}
+			events, outboxT := pgtest.Q(e.schema, "events"), pgtest.Q(e.schema, "outbox")
+			const n = 10
+			benchpair.Compare(b, benchpair.Config{Unit: "events", UnitsPerOp: n, Clients: clients},
+				func(w int) error {
+					for range n {
+						aggregate.Raise(orders[w], OrderPlaced{Total: 1})
+					}
+					return r.Save(ctx, orders[w])
+				},
+				func(w int) error {
+					versions, ids, msgIDs := make([]int64, n), make([]uuid.UUID, n), make([]string, n)
+					for i := range n {
+						rawVersions[w]++
+						versions[i], ids[i], msgIDs[i] = rawVersions[w], uuid.Must(uuid.NewV7()), uuid.NewString()
+					}
+					tx, err := e.pool.Begin(ctx)
+					if err != nil {
+						return err
+					}
+					defer func() { _ = tx.Rollback(ctx) }()
+					if _, err := tx.Exec(ctx, `INSERT INTO `+events+` (tenant_id, stream_id, stream_type, version,
+						event_id, event_type, payload, occurred_at)
+						SELECT $1, $2, 'shop.order', v, id, 'shop.order.placed', '{"Total":1}', now()
+						FROM unnest($3::bigint[], $4::uuid[]) AS d(v, id)`, stagehand.NoTenant, rawIDs[w],
+						versions, ids); err != nil {
+						return err
+					}
+					if _, err := tx.Exec(ctx, `INSERT INTO `+outboxT+` (message_id, topic, message_type, payload,
+						partition_key, next_attempt_at, created_at)
+						SELECT id, 'orders', 'order.placed', '{"Total":1}', $2, now(), now()
+						FROM unnest($1::text[]) AS d(id)`, msgIDs, rawIDs[w]); err != nil {
+						return err
+					}
+					return tx.Commit(ctx)
+				})
+		})
 	}
 }
 
