@@ -48,9 +48,10 @@
 //     of its own key. Scheduled messages are the documented exception: they are published when due, outside their
 //     key's order. That is order at the broker. A handler sees it only when its subscription hands it one message
 //     at a time and delivers a nacked or timed-out message again before any later one: with NATS JetStream, a
-//     durable consumer with MaxAckPending 1 (examples/orders, tested with 8 subscribers, nacks and duplicates);
-//     several subscribers or a larger MaxAckPending hand a key's messages to handlers concurrently, and a
-//     redelivery can overtake. Behind the inbox, a duplicate is skipped (the first successful handling is the one
+//     durable consumer with MaxAckPending 1 (examples/orders, tested with 8 subscribers, nacks and duplicates,
+//     reads each of a topic's subject partitions by key through one such consumer, for several messages in
+//     flight); several subscribers or a larger MaxAckPending on one consumer hand a key's messages to handlers
+//     concurrently, and a redelivery can overtake. Behind the inbox, a duplicate is skipped (the first successful handling is the one
 //     that counts), a message the inbox dead-letters no longer holds its key at the handler, and a redriven inbox
 //     dead letter is handled when its copy arrives.
 //   - Retries that throttle. A rejected message (nacked, or unanswered past AckDeadline) is retried after an

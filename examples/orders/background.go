@@ -70,15 +70,16 @@ func startBackground(ctx context.Context, s *shop, board *projection.Projection,
 		subscribers[name] = sub
 	}
 	notifierHandlers := notifier(tbl).Func()
-	consumers.AddConsumerHandler("billing", TopicOrders, subscribers["billing"],
+	// One router handler per partition of each topic (partitions.go); the inbox knows each service by one name.
+	addPartitionedHandlers(consumers, "billing", TopicOrders, subscribers["billing"],
 		st.consumer(inbox, "billing", billing(tbl).Func(), nil))
 	// The warehouse appends events in the inbox transaction, which the event store cannot see commit: it
 	// announces them, so the Deferred stager and the projection need not wait for their next poll.
-	consumers.AddConsumerHandler("warehouse", TopicPayments, subscribers["warehouse"],
+	addPartitionedHandlers(consumers, "warehouse", TopicPayments, subscribers["warehouse"],
 		st.consumer(inbox, "warehouse", warehouse(s.shipping).Func(), s.store.Notify))
-	consumers.AddConsumerHandler("notifier-invoices", TopicInvoices, subscribers["notifier"],
+	addPartitionedHandlers(consumers, "notifier-invoices", TopicInvoices, subscribers["notifier"],
 		st.consumer(inbox, "notifier", notifierHandlers, nil))
-	consumers.AddConsumerHandler("notifier-shipments", TopicShipments, subscribers["notifier"],
+	addPartitionedHandlers(consumers, "notifier-shipments", TopicShipments, subscribers["notifier"],
 		st.consumer(inbox, "notifier", notifierHandlers, nil))
 	if err := bg.runRouter(consumers); err != nil {
 		return nil, err
@@ -107,7 +108,8 @@ func startBackground(ctx context.Context, s *shop, board *projection.Projection,
 		return nil, fmt.Errorf("relay router: %w", err)
 	}
 	bg.routers = append([]*message.Router{relayRouter}, bg.routers...) // closed first: stop publishing first
-	bg.relay.AddToRouter(relayRouter, &countingPublisher{next: pub, duplicateRate: cfg.duplicates, stats: st}, nil)
+	bg.relay.AddToRouter(relayRouter, &countingPublisher{next: partitionedPublisher{pub},
+		duplicateRate: cfg.duplicates, stats: st}, nil)
 	if err := bg.runRouter(relayRouter); err != nil {
 		return nil, err
 	}

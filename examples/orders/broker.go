@@ -103,27 +103,32 @@ func provisionBroker(ctx context.Context, url string, subs []subscription) error
 	for _, sub := range subs {
 		if _, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
 			Name:     sub.topic,
-			Subjects: []string{sub.topic},
+			Subjects: []string{sub.topic + ".*"}, // its partitions (partitions.go)
 			Storage:  jetstream.FileStorage,
 			MaxAge:   24 * time.Hour, // consumers ack within seconds; a day is plenty for a demo
 		}); err != nil {
 			return fmt.Errorf("nats: stream %s: %w", sub.topic, err)
 		}
-		if _, err := js.CreateOrUpdatePushConsumer(ctx, sub.topic, jetstream.ConsumerConfig{
-			Durable:        sub.group,
-			DeliverSubject: "orders-example.deliver." + sub.group + "." + sub.topic,
-			DeliverGroup:   sub.group, // the group's processes share the messages
-			DeliverPolicy:  jetstream.DeliverAllPolicy,
-			AckPolicy:      jetstream.AckExplicitPolicy,
-			AckWait:        30 * time.Second, // unacknowledged for this long: delivered again
-			// One unacknowledged message at a time across the whole group: the next message is delivered only
-			// once this one is acknowledged, and a nacked or timed-out one is delivered again before any later
-			// one. That is what carries each key's order (the stream's order) to the handler, whatever the
-			// number of subscribers and processes; without it they hand a key's messages to handlers
-			// concurrently and redeliveries overtake. It caps a group at one message in flight per topic.
-			MaxAckPending: 1,
-		}); err != nil {
-			return fmt.Errorf("nats: consumer %s on %s: %w", sub.group, sub.topic, err)
+		for p := range partitions {
+			subject := partitionSubject(sub.topic, p)
+			if _, err := js.CreateOrUpdatePushConsumer(ctx, sub.topic, jetstream.ConsumerConfig{
+				Durable:        sub.group + "-" + partitionName(subject),
+				FilterSubject:  subject,
+				DeliverSubject: "orders-example.deliver." + sub.group + "." + subject,
+				DeliverGroup:   sub.group, // the group's processes share the messages
+				DeliverPolicy:  jetstream.DeliverAllPolicy,
+				AckPolicy:      jetstream.AckExplicitPolicy,
+				AckWait:        30 * time.Second, // unacknowledged for this long: delivered again
+				// One unacknowledged message at a time across the whole group: the next message of the
+				// partition is delivered only once this one is acknowledged, and a nacked or timed-out one is
+				// delivered again before any later one. That is what carries each key's order (the stream's
+				// order) to the handler, whatever the number of subscribers and processes; without it they hand a
+				// key's messages to handlers concurrently and redeliveries overtake. It caps a group at one
+				// message in flight per partition (see partitions.go).
+				MaxAckPending: 1,
+			}); err != nil {
+				return fmt.Errorf("nats: consumer %s on %s: %w", sub.group, subject, err)
+			}
 		}
 	}
 	return nil
@@ -157,7 +162,9 @@ func newSubscriber(url, group string, logger watermill.LoggerAdapter) (*wmnats.S
 		NakDelay:         wmnats.NewStaticDelay(250 * time.Millisecond), // a failed message comes back after this
 		NatsOptions:      []nats.Option{nats.Name("orders-example " + group), nats.MaxReconnects(-1)},
 		JetStream: wmnats.JetStreamConfig{
-			DurablePrefix:    group, // the durable consumer's name, on every topic (stream) the group reads
+			DurablePrefix: group,
+			// The durable consumer of each partition the group reads: group-p0, group-p1, ...
+			DurableCalculator: func(prefix, subject string) string { return prefix + "-" + partitionName(subject) },
 			SubscribeOptions: []nats.SubOpt{nats.DeliverAll(), nats.AckExplicit(), nats.ManualAck()},
 			AckAsync:         true, // a lost ack means a redelivery, which the inbox absorbs
 		},

@@ -80,7 +80,7 @@ func TestPerKeyOrderAtTheHandler(t *testing.T) {
 	require.NoError(t, err)
 	sub, err := newSubscriber(ns.URL(), group, wlog)
 	require.NoError(t, err)
-	router.AddConsumerHandler("ordered", topic, sub, h)
+	addPartitionedHandlers(router, "ordered", topic, sub, h)
 	go func() { _ = router.Run(ctx) }()
 	<-router.Running()
 	defer func() { _ = router.Close() }()
@@ -91,7 +91,8 @@ func TestPerKeyOrderAtTheHandler(t *testing.T) {
 	relay, err := ob.NewRelay(&outbox.RelayConfig{BatchSize: 100, PollingInterval: 50 * time.Millisecond})
 	require.NoError(t, err)
 	defer func() { _ = relay.Close() }()
-	res, err := relay.Drain(ctx, &countingPublisher{next: pub, duplicateRate: 0.1, stats: newStats("order-test")})
+	res, err := relay.Drain(ctx, &countingPublisher{next: partitionedPublisher{pub}, duplicateRate: 0.1,
+		stats: newStats("order-test")})
 	require.NoError(t, err)
 	require.Equal(t, keys*perKey, res.Published)
 
