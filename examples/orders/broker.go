@@ -165,8 +165,8 @@ func newSubscriber(url, group string, logger watermill.LoggerAdapter) (*wmnats.S
 			DurablePrefix: group,
 			// The durable consumer of each partition the group reads: group-p0, group-p1, ...
 			DurableCalculator: func(prefix, subject string) string { return prefix + "-" + partitionName(subject) },
-			SubscribeOptions: []nats.SubOpt{nats.DeliverAll(), nats.AckExplicit(), nats.ManualAck()},
-			AckAsync:         true, // a lost ack means a redelivery, which the inbox absorbs
+			SubscribeOptions:  []nats.SubOpt{nats.DeliverAll(), nats.AckExplicit(), nats.ManualAck()},
+			AckAsync:          true, // a lost ack means a redelivery, which the inbox absorbs
 		},
 	}, logger)
 	if err != nil {
