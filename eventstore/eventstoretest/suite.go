@@ -17,7 +17,6 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
-	"github.com/stretchr/testify/require"
 
 	"github.com/stagehand-es/stagehand"
 	"github.com/stagehand-es/stagehand/eventstore"
@@ -83,7 +82,7 @@ func appendN(t *testing.T, s eventstore.Store, tenant, stream, streamType string
 	t.Helper()
 	res, err := s.Append(ctx(), eventstore.AppendRequest{Tenant: tenant, StreamID: stream, StreamType: streamType,
 		Expected: expected, Events: events(n, "test.happened")})
-	require.NoError(t, err)
+	noError(t, err)
 	return res
 }
 
@@ -92,7 +91,7 @@ func readAll(t *testing.T, s eventstore.Store, q eventstore.LogQuery) []eventsto
 	var out []eventstore.Record
 	for {
 		page, err := s.ReadLog(ctx(), q)
-		require.NoError(t, err)
+		noError(t, err)
 		out = append(out, page.Records...)
 		if page.Last == q.After {
 			return out
@@ -119,16 +118,16 @@ func seq(from, to int64) []int64 {
 
 func testAppendAssignsVersions(t *testing.T, s eventstore.Store) {
 	res := appendN(t, s, "", "a-1", "acct", eventstore.NoStream, 3)
-	require.Equal(t, int64(3), res.Version)
-	require.Equal(t, []int64{1, 2, 3}, versions(res.Records))
+	equal(t, int64(3), res.Version)
+	equal(t, []int64{1, 2, 3}, versions(res.Records))
 	for i := 1; i < len(res.Records); i++ {
-		require.Greater(t, res.Records[i].Position, res.Records[i-1].Position)
+		greater(t, res.Records[i].Position, res.Records[i-1].Position)
 	}
 	res = appendN(t, s, "", "a-1", "acct", 3, 2)
-	require.Equal(t, []int64{4, 5}, versions(res.Records))
+	equal(t, []int64{4, 5}, versions(res.Records))
 	got, err := s.ReadStream(ctx(), "", "a-1", 0)
-	require.NoError(t, err)
-	require.Equal(t, seq(1, 5), versions(got))
+	noError(t, err)
+	equal(t, seq(1, 5), versions(got))
 }
 
 func testDuplicateEventIDAppendsNothing(t *testing.T, s eventstore.Store) {
@@ -137,29 +136,29 @@ func testDuplicateEventIDAppendsNothing(t *testing.T, s eventstore.Store) {
 	evs[2].EventID = first.Records[0].EventID // already stored, in another stream
 	_, err := s.Append(ctx(), eventstore.AppendRequest{StreamID: "a-2", StreamType: "acct",
 		Expected: eventstore.NoStream, Events: evs})
-	require.ErrorIs(t, err, eventstore.ErrDuplicateEventID)
+	errorIs(t, err, eventstore.ErrDuplicateEventID)
 	_, err = s.ReadStream(ctx(), "", "a-2", 0)
-	require.ErrorIs(t, err, eventstore.ErrStreamNotFound, "a failed append must append none of its events")
+	errorIs(t, err, eventstore.ErrStreamNotFound, "a failed append must append none of its events")
 
 	id := uuid.Must(uuid.NewV7())
 	evs = events(2, "test.happened")
 	evs[0].EventID, evs[1].EventID = id, id
 	_, err = s.Append(ctx(), eventstore.AppendRequest{StreamID: "a-3", Expected: eventstore.AnyVersion, Events: evs})
-	require.ErrorIs(t, err, eventstore.ErrDuplicateEventID)
+	errorIs(t, err, eventstore.ErrDuplicateEventID)
 	head, err := s.HeadPosition(ctx())
-	require.NoError(t, err)
-	require.Equal(t, first.Records[0].Position, head, "nothing after the first append may be visible")
+	noError(t, err)
+	equal(t, first.Records[0].Position, head, "nothing after the first append may be visible")
 }
 
 func testInvalidAppend(t *testing.T, s eventstore.Store) {
 	_, err := s.Append(ctx(), eventstore.AppendRequest{StreamID: "", Events: events(1, "x")})
-	require.ErrorIs(t, err, eventstore.ErrInvalidAppend)
+	errorIs(t, err, eventstore.ErrInvalidAppend)
 	_, err = s.Append(ctx(), eventstore.AppendRequest{StreamID: "s"})
-	require.ErrorIs(t, err, eventstore.ErrInvalidAppend)
+	errorIs(t, err, eventstore.ErrInvalidAppend)
 	_, err = s.Append(ctx(), eventstore.AppendRequest{StreamID: "s", Events: []eventstore.EventData{{Type: ""}}})
-	require.ErrorIs(t, err, eventstore.ErrInvalidAppend)
+	errorIs(t, err, eventstore.ErrInvalidAppend)
 	_, err = s.Append(ctx(), eventstore.AppendRequest{StreamID: "s", Expected: -7, Events: events(1, "x")})
-	require.ErrorIs(t, err, eventstore.ErrInvalidAppend)
+	errorIs(t, err, eventstore.ErrInvalidAppend)
 }
 
 // testHostileNames: a tenant, stream ID, type or metadata value that PostgreSQL cannot store (NUL, invalid UTF-8),
@@ -193,32 +192,32 @@ func testHostileNames(t *testing.T, s eventstore.Store) {
 	}
 	for _, c := range cases {
 		_, err := s.Append(ctx(), c.req)
-		require.ErrorIs(t, err, eventstore.ErrInvalidAppend, c.name)
-		require.ErrorContains(t, err, c.want, c.name)
-		require.NotContains(t, err.Error(), "SQLSTATE", c.name)
+		errorIs(t, err, eventstore.ErrInvalidAppend, c.name)
+		errorContains(t, err, c.want, c.name)
+		notContains(t, err.Error(), "SQLSTATE", c.name)
 	}
 	_, err := s.Append(ctx(), eventstore.AppendRequest{Tenant: "a\x00", StreamID: "s", Events: events(1, "x")})
-	require.ErrorIs(t, err, stagehand.ErrInvalidTenant)
+	errorIs(t, err, stagehand.ErrInvalidTenant)
 	_, err = s.ReadLog(ctx(), eventstore.LogQuery{Tenants: []string{"a\x00b"}})
-	require.ErrorIs(t, err, stagehand.ErrInvalidTenant)
+	errorIs(t, err, stagehand.ErrInvalidTenant)
 	head, err := s.HeadPosition(ctx())
-	require.NoError(t, err)
-	require.Zero(t, head, "nothing was stored")
+	noError(t, err)
+	zero(t, head, "nothing was stored")
 	// Separators and non-ASCII are ordinary tenant characters.
 	_, err = s.Append(ctx(), eventstore.AppendRequest{Tenant: "evil,B;€", StreamID: "s", Events: events(1, "x")})
-	require.NoError(t, err)
+	noError(t, err)
 }
 
 func requireConflict(t *testing.T, err error, stream string, expected eventstore.ExpectedVersion, actual int64) {
 	t.Helper()
-	require.ErrorIs(t, err, eventstore.ErrConcurrencyConflict)
+	errorIs(t, err, eventstore.ErrConcurrencyConflict)
 	var ce *eventstore.ConflictError
-	require.ErrorAs(t, err, &ce)
-	require.Equal(t, stream, ce.StreamID)
-	require.Equal(t, expected, ce.Expected)
-	require.Equal(t, actual, ce.Actual)
-	require.Contains(t, err.Error(), stream)
-	require.NotContains(t, err.Error(), "SQLSTATE", "no raw driver error may reach the user")
+	errorAs(t, err, &ce)
+	equal(t, stream, ce.StreamID)
+	equal(t, expected, ce.Expected)
+	equal(t, actual, ce.Actual)
+	contains(t, err.Error(), stream)
+	notContains(t, err.Error(), "SQLSTATE", "no raw driver error may reach the user")
 }
 
 func testExpectNoStream(t *testing.T, s eventstore.Store) {
@@ -227,7 +226,7 @@ func testExpectNoStream(t *testing.T, s eventstore.Store) {
 		Events: events(1, "x")})
 	requireConflict(t, err, "s", eventstore.NoStream, 2)
 	got, _ := s.ReadStream(ctx(), "", "s", 0)
-	require.Len(t, got, 2, "a conflicting append appends nothing")
+	length(t, got, 2, "a conflicting append appends nothing")
 }
 
 func testExpectExact(t *testing.T, s eventstore.Store) {
@@ -239,12 +238,12 @@ func testExpectExact(t *testing.T, s eventstore.Store) {
 	_, err = s.Append(ctx(), eventstore.AppendRequest{StreamID: "s", Expected: 3, Events: events(1, "x")})
 	requireConflict(t, err, "s", 3, 2)
 	res := appendN(t, s, "", "s", "t", 2, 1)
-	require.Equal(t, int64(3), res.Version)
+	equal(t, int64(3), res.Version)
 }
 
 func testExpectAny(t *testing.T, s eventstore.Store) {
-	require.Equal(t, int64(2), appendN(t, s, "", "s", "t", eventstore.AnyVersion, 2).Version)
-	require.Equal(t, int64(3), appendN(t, s, "", "s", "t", eventstore.AnyVersion, 1).Version)
+	equal(t, int64(2), appendN(t, s, "", "s", "t", eventstore.AnyVersion, 2).Version)
+	equal(t, int64(3), appendN(t, s, "", "s", "t", eventstore.AnyVersion, 1).Version)
 }
 
 func testExpectStreamExists(t *testing.T, s eventstore.Store) {
@@ -252,7 +251,7 @@ func testExpectStreamExists(t *testing.T, s eventstore.Store) {
 		Events: events(1, "x")})
 	requireConflict(t, err, "s", eventstore.StreamExists, 0)
 	appendN(t, s, "", "s", "t", eventstore.NoStream, 1)
-	require.Equal(t, int64(2), appendN(t, s, "", "s", "t", eventstore.StreamExists, 1).Version)
+	equal(t, int64(2), appendN(t, s, "", "s", "t", eventstore.StreamExists, 1).Version)
 }
 
 func testConcurrentWritersOneStream(t *testing.T, s eventstore.Store) {
@@ -290,28 +289,28 @@ func testConcurrentWritersOneStream(t *testing.T, s eventstore.Store) {
 		}()
 	}
 	wg.Wait()
-	require.Empty(t, unexpected, "every failure must be the typed conflict")
-	require.Positive(t, successes)
+	empty(t, unexpected, "every failure must be the typed conflict")
+	positive(t, successes)
 	got, err := s.ReadStream(ctx(), "", "hot", 0)
-	require.NoError(t, err)
-	require.Equal(t, seq(1, int64(successes)), versions(got), "versions must be 1..n, no gaps, no duplicates")
+	noError(t, err)
+	equal(t, seq(1, int64(successes)), versions(got), "versions must be 1..n, no gaps, no duplicates")
 }
 
 func testReadStreamFrom(t *testing.T, s eventstore.Store) {
 	appendN(t, s, "", "s", "t", eventstore.NoStream, 5)
 	got, err := s.ReadStream(ctx(), "", "s", 3)
-	require.NoError(t, err)
-	require.Equal(t, []int64{3, 4, 5}, versions(got))
+	noError(t, err)
+	equal(t, []int64{3, 4, 5}, versions(got))
 	got, err = s.ReadStream(ctx(), "", "s", 6)
-	require.NoError(t, err)
-	require.Empty(t, got, "reading past the end of an existing stream is empty, not an error")
+	noError(t, err)
+	empty(t, got, "reading past the end of an existing stream is empty, not an error")
 }
 
 func testReadMissingStream(t *testing.T, s eventstore.Store) {
 	_, err := s.ReadStream(ctx(), "", "nope", 0)
-	require.ErrorIs(t, err, eventstore.ErrStreamNotFound)
+	errorIs(t, err, eventstore.ErrStreamNotFound)
 	_, err = s.Stream(ctx(), "", "nope")
-	require.ErrorIs(t, err, eventstore.ErrStreamNotFound)
+	errorIs(t, err, eventstore.ErrStreamNotFound)
 }
 
 func testLogPaging(t *testing.T, s eventstore.Store) {
@@ -319,41 +318,41 @@ func testLogPaging(t *testing.T, s eventstore.Store) {
 		appendN(t, s, "", fmt.Sprintf("s-%d", i), "t", eventstore.NoStream, 3)
 	}
 	page, err := s.ReadLog(ctx(), eventstore.LogQuery{Limit: 5})
-	require.NoError(t, err)
-	require.Len(t, page.Records, 5)
-	require.Equal(t, page.Records[4].Position, page.Last)
+	noError(t, err)
+	length(t, page.Records, 5)
+	equal(t, page.Records[4].Position, page.Last)
 	all := readAll(t, s, eventstore.LogQuery{Limit: 4})
-	require.Len(t, all, 21)
+	length(t, all, 21)
 	for i := 1; i < len(all); i++ {
-		require.Greater(t, all[i].Position, all[i-1].Position)
+		greater(t, all[i].Position, all[i-1].Position)
 	}
 	end, err := s.ReadLog(ctx(), eventstore.LogQuery{After: all[len(all)-1].Position})
-	require.NoError(t, err)
-	require.Empty(t, end.Records)
-	require.Equal(t, all[len(all)-1].Position, end.Last, "an empty page keeps the position")
+	noError(t, err)
+	empty(t, end.Records)
+	equal(t, all[len(all)-1].Position, end.Last, "an empty page keeps the position")
 }
 
 func testLogFilters(t *testing.T, s eventstore.Store) {
 	_, err := s.Append(ctx(), eventstore.AppendRequest{Tenant: "t1", StreamID: "o-1", StreamType: "order",
 		Expected: eventstore.NoStream, Events: append(events(1, "order.placed"), events(1, "order.paid")...)})
-	require.NoError(t, err)
+	noError(t, err)
 	appendN(t, s, "t2", "a-1", "account", eventstore.NoStream, 2)
 	last := appendN(t, s, "t1", "o-2", "order", eventstore.NoStream, 1)
 
 	byType := readAll(t, s, eventstore.LogQuery{EventTypes: []string{"order.paid"}})
-	require.Len(t, byType, 1)
-	require.Equal(t, "order.paid", byType[0].Type)
-	require.JSONEq(t, `{"n":0}`, string(byType[0].Payload))
+	length(t, byType, 1)
+	equal(t, "order.paid", byType[0].Type)
+	jsonEq(t, `{"n":0}`, string(byType[0].Payload))
 
 	byStream := readAll(t, s, eventstore.LogQuery{StreamTypes: []string{"account"}})
-	require.Len(t, byStream, 2)
+	length(t, byStream, 2)
 	byTenant := readAll(t, s, eventstore.LogQuery{Tenants: []string{"t1"}})
-	require.Len(t, byTenant, 3)
+	length(t, byTenant, 3)
 
 	page, err := s.ReadLog(ctx(), eventstore.LogQuery{EventTypes: []string{"nothing.matches"}})
-	require.NoError(t, err)
-	require.Empty(t, page.Records)
-	require.Equal(t, last.Records[0].Position, page.Last, "filtered-out events still advance the position")
+	noError(t, err)
+	empty(t, page.Records)
+	equal(t, last.Records[0].Position, page.Last, "filtered-out events still advance the position")
 }
 
 func testLogUnderConcurrentAppends(t *testing.T, s eventstore.Store) {
@@ -381,7 +380,7 @@ func testLogUnderConcurrentAppends(t *testing.T, s eventstore.Store) {
 	finished := false
 	for {
 		page, err := s.ReadLog(ctx(), q)
-		require.NoError(t, err)
+		noError(t, err)
 		got = append(got, page.Records...)
 		q.After = page.Last
 		if finished && len(page.Records) == 0 {
@@ -395,49 +394,49 @@ func testLogUnderConcurrentAppends(t *testing.T, s eventstore.Store) {
 		}
 	}
 	head, err := s.HeadPosition(ctx())
-	require.NoError(t, err)
+	noError(t, err)
 	want := readAll(t, s, eventstore.LogQuery{})
-	require.Equal(t, len(want), len(got), "the follower must see every committed event exactly once")
+	equal(t, len(want), len(got), "the follower must see every committed event exactly once")
 	seen := map[uuid.UUID]bool{}
 	for i, r := range got {
-		require.False(t, seen[r.EventID], "event %s read twice", r.EventID)
+		isFalse(t, seen[r.EventID], "event %s read twice", r.EventID)
 		seen[r.EventID] = true
-		require.Equal(t, want[i].Position, r.Position, "the follower must read in position order")
+		equal(t, want[i].Position, r.Position, "the follower must read in position order")
 	}
-	require.Equal(t, head, got[len(got)-1].Position)
+	equal(t, head, got[len(got)-1].Position)
 	// Per stream, the log shows versions in order.
 	last := map[string]int64{}
 	for _, r := range got {
-		require.Equal(t, last[r.StreamID]+1, r.Version, "stream %s out of order in the log", r.StreamID)
+		equal(t, last[r.StreamID]+1, r.Version, "stream %s out of order in the log", r.StreamID)
 		last[r.StreamID] = r.Version
 	}
 }
 
 func testHeadPosition(t *testing.T, s eventstore.Store) {
 	head, err := s.HeadPosition(ctx())
-	require.NoError(t, err)
-	require.Zero(t, head)
+	noError(t, err)
+	zero(t, head)
 	res := appendN(t, s, "", "s", "t", eventstore.NoStream, 3)
 	head, err = s.HeadPosition(ctx())
-	require.NoError(t, err)
-	require.Equal(t, res.Records[2].Position, head)
+	noError(t, err)
+	equal(t, res.Records[2].Position, head)
 }
 
 func testTenantIdentity(t *testing.T, s eventstore.Store) {
 	appendN(t, s, "acme", "acct-1", "acct", eventstore.NoStream, 2)
 	appendN(t, s, "globex", "acct-1", "acct", eventstore.NoStream, 1) // same ID, another tenant: another stream
 	a, err := s.ReadStream(ctx(), "acme", "acct-1", 0)
-	require.NoError(t, err)
+	noError(t, err)
 	g, err := s.ReadStream(ctx(), "globex", "acct-1", 0)
-	require.NoError(t, err)
-	require.Len(t, a, 2)
-	require.Len(t, g, 1)
+	noError(t, err)
+	length(t, a, 2)
+	length(t, g, 1)
 	for _, r := range a {
-		require.Equal(t, "acme", r.Tenant)
+		equal(t, "acme", r.Tenant)
 	}
-	require.Equal(t, "globex", g[0].Tenant)
+	equal(t, "globex", g[0].Tenant)
 	_, err = s.ReadStream(ctx(), "", "acct-1", 0)
-	require.ErrorIs(t, err, eventstore.ErrStreamNotFound, "the untenanted stream is a third stream")
+	errorIs(t, err, eventstore.ErrStreamNotFound, "the untenanted stream is a third stream")
 	_, err = s.Append(ctx(), eventstore.AppendRequest{Tenant: "globex", StreamID: "acct-1", Expected: 2,
 		Events: events(1, "x")})
 	requireConflict(t, err, "acct-1", 2, 1)
@@ -446,11 +445,11 @@ func testTenantIdentity(t *testing.T, s eventstore.Store) {
 func testNoTenant(t *testing.T, s eventstore.Store) {
 	appendN(t, s, "", "s", "t", eventstore.NoStream, 1)
 	got, err := s.ReadStream(ctx(), stagehand.NoTenant, "s", 0)
-	require.NoError(t, err)
-	require.Equal(t, stagehand.NoTenant, got[0].Tenant, "no tenant is stored as the reserved value, never empty")
+	noError(t, err)
+	equal(t, stagehand.NoTenant, got[0].Tenant, "no tenant is stored as the reserved value, never empty")
 	info, err := s.Stream(ctx(), "", "s")
-	require.NoError(t, err)
-	require.Equal(t, stagehand.NoTenant, info.Tenant)
+	noError(t, err)
+	equal(t, stagehand.NoTenant, info.Tenant)
 }
 
 func testRoundTrip(t *testing.T, s eventstore.Store) {
@@ -462,25 +461,25 @@ func testRoundTrip(t *testing.T, s eventstore.Store) {
 			Metadata:   eventstore.Metadata{stagehand.HeaderCorrelationID: "corr-1", "user": "ann"},
 			OccurredAt: at,
 		}}})
-	require.NoError(t, err)
+	noError(t, err)
 	got, err := s.ReadStream(ctx(), "acme", "o-1", 0)
-	require.NoError(t, err)
-	require.Len(t, got, 1)
+	noError(t, err)
+	length(t, got, 1)
 	r := got[0]
-	require.Equal(t, id, r.EventID)
-	require.Equal(t, "order.placed", r.Type)
-	require.Equal(t, 3, r.TypeVersion)
-	require.Equal(t, "order", r.StreamType)
-	require.JSONEq(t, `{"total": 42, "items": ["a"]}`, string(r.Payload))
-	require.Equal(t, eventstore.Metadata{stagehand.HeaderCorrelationID: "corr-1", "user": "ann"}, r.Metadata)
-	require.True(t, at.Truncate(time.Microsecond).Equal(r.OccurredAt), "occurred-at %s != %s", r.OccurredAt, at)
-	require.Equal(t, time.UTC, r.OccurredAt.Location())
-	require.False(t, r.RecordedAt.IsZero())
+	equal(t, id, r.EventID)
+	equal(t, "order.placed", r.Type)
+	equal(t, 3, r.TypeVersion)
+	equal(t, "order", r.StreamType)
+	jsonEq(t, `{"total": 42, "items": ["a"]}`, string(r.Payload))
+	equal(t, eventstore.Metadata{stagehand.HeaderCorrelationID: "corr-1", "user": "ann"}, r.Metadata)
+	isTrue(t, at.Truncate(time.Microsecond).Equal(r.OccurredAt), "occurred-at %s != %s", r.OccurredAt, at)
+	equal(t, time.UTC, r.OccurredAt.Location())
+	isFalse(t, r.RecordedAt.IsZero())
 
 	logged := readAll(t, s, eventstore.LogQuery{})
-	require.Len(t, logged, 1)
-	require.Equal(t, r.Metadata, logged[0].Metadata)
-	require.Equal(t, r.Position, logged[0].Position)
+	length(t, logged, 1)
+	equal(t, r.Metadata, logged[0].Metadata)
+	equal(t, r.Position, logged[0].Position)
 }
 
 func testPerEventFields(t *testing.T, s eventstore.Store) {
@@ -496,67 +495,67 @@ func testPerEventFields(t *testing.T, s eventstore.Store) {
 		{Type: "b", Payload: []byte(`{"i":4}`), Metadata: eventstore.Metadata{"k": "same"}, OccurredAt: t0},
 	}
 	_, err := s.Append(ctx(), eventstore.AppendRequest{StreamID: "p", Expected: eventstore.NoStream, Events: in})
-	require.NoError(t, err)
+	noError(t, err)
 	_, err = s.Append(ctx(), eventstore.AppendRequest{StreamID: "p", Expected: 3, Events: shared})
-	require.NoError(t, err)
+	noError(t, err)
 	got, err := s.ReadStream(ctx(), "", "p", 0)
-	require.NoError(t, err)
-	require.Len(t, got, 5)
+	noError(t, err)
+	length(t, got, 5)
 	for i, e := range append(in, shared...) {
 		r := got[i]
-		require.Equal(t, int64(i+1), r.Version)
-		require.Equal(t, e.Type, r.Type)
-		require.Equal(t, max(e.TypeVersion, 1), r.TypeVersion)
-		require.JSONEq(t, string(e.Payload), string(r.Payload))
+		equal(t, int64(i+1), r.Version)
+		equal(t, e.Type, r.Type)
+		equal(t, max(e.TypeVersion, 1), r.TypeVersion)
+		jsonEq(t, string(e.Payload), string(r.Payload))
 		if len(e.Metadata) == 0 {
-			require.Empty(t, r.Metadata)
+			empty(t, r.Metadata)
 		} else {
-			require.Equal(t, e.Metadata, r.Metadata)
+			equal(t, e.Metadata, r.Metadata)
 		}
-		require.True(t, e.OccurredAt.Equal(r.OccurredAt), "event %d occurred-at %s != %s", i, r.OccurredAt,
+		isTrue(t, e.OccurredAt.Equal(r.OccurredAt), "event %d occurred-at %s != %s", i, r.OccurredAt,
 			e.OccurredAt)
 	}
 }
 
 func testSnapshots(t *testing.T, s eventstore.Store) {
 	_, err := s.LoadSnapshot(ctx(), "", "s")
-	require.ErrorIs(t, err, eventstore.ErrSnapshotNotFound)
-	require.NoError(t, s.SaveSnapshot(ctx(), eventstore.Snapshot{StreamID: "s", StreamType: "t", Version: 5,
+	errorIs(t, err, eventstore.ErrSnapshotNotFound)
+	noError(t, s.SaveSnapshot(ctx(), eventstore.Snapshot{StreamID: "s", StreamType: "t", Version: 5,
 		SchemaVersion: 2, Payload: []byte("five")}))
-	require.NoError(t, s.SaveSnapshot(ctx(), eventstore.Snapshot{StreamID: "s", StreamType: "t", Version: 3,
+	noError(t, s.SaveSnapshot(ctx(), eventstore.Snapshot{StreamID: "s", StreamType: "t", Version: 3,
 		SchemaVersion: 2, Payload: []byte("three")}))
 	snap, err := s.LoadSnapshot(ctx(), "", "s")
-	require.NoError(t, err)
-	require.Equal(t, int64(5), snap.Version, "an older snapshot never replaces a newer one")
-	require.Equal(t, 2, snap.SchemaVersion)
-	require.Equal(t, []byte("five"), snap.Payload)
-	require.NoError(t, s.SaveSnapshot(ctx(), eventstore.Snapshot{StreamID: "s", StreamType: "t", Version: 9,
+	noError(t, err)
+	equal(t, int64(5), snap.Version, "an older snapshot never replaces a newer one")
+	equal(t, 2, snap.SchemaVersion)
+	equal(t, []byte("five"), snap.Payload)
+	noError(t, s.SaveSnapshot(ctx(), eventstore.Snapshot{StreamID: "s", StreamType: "t", Version: 9,
 		SchemaVersion: 3, Payload: []byte("nine")}))
 	snap, err = s.LoadSnapshot(ctx(), "", "s")
-	require.NoError(t, err)
-	require.Equal(t, int64(9), snap.Version)
+	noError(t, err)
+	equal(t, int64(9), snap.Version)
 	_, err = s.LoadSnapshot(ctx(), "other-tenant", "s")
-	require.ErrorIs(t, err, eventstore.ErrSnapshotNotFound)
+	errorIs(t, err, eventstore.ErrSnapshotNotFound)
 }
 
 func testDeleteSnapshot(t *testing.T, s eventstore.Store) {
-	require.ErrorIs(t, s.DeleteSnapshot(ctx(), "", "s"), eventstore.ErrSnapshotNotFound, "nothing to delete")
+	errorIs(t, s.DeleteSnapshot(ctx(), "", "s"), eventstore.ErrSnapshotNotFound, "nothing to delete")
 	for _, tenant := range []string{"", "acme"} {
-		require.NoError(t, s.SaveSnapshot(ctx(), eventstore.Snapshot{Tenant: tenant, StreamID: "s", StreamType: "t",
+		noError(t, s.SaveSnapshot(ctx(), eventstore.Snapshot{Tenant: tenant, StreamID: "s", StreamType: "t",
 			Version: 4, SchemaVersion: 1, Payload: []byte("four")}))
 	}
-	require.NoError(t, s.DeleteSnapshot(ctx(), "acme", "s"))
+	noError(t, s.DeleteSnapshot(ctx(), "acme", "s"))
 	_, err := s.LoadSnapshot(ctx(), "acme", "s")
-	require.ErrorIs(t, err, eventstore.ErrSnapshotNotFound, "the deleted snapshot is gone")
+	errorIs(t, err, eventstore.ErrSnapshotNotFound, "the deleted snapshot is gone")
 	snap, err := s.LoadSnapshot(ctx(), "", "s")
-	require.NoError(t, err, "another tenant's snapshot of the same stream ID stays")
-	require.Equal(t, int64(4), snap.Version)
-	require.ErrorIs(t, s.DeleteSnapshot(ctx(), "acme", "s"), eventstore.ErrSnapshotNotFound, "a second delete")
-	require.NoError(t, s.SaveSnapshot(ctx(), eventstore.Snapshot{Tenant: "acme", StreamID: "s", StreamType: "t",
+	noError(t, err, "another tenant's snapshot of the same stream ID stays")
+	equal(t, int64(4), snap.Version)
+	errorIs(t, s.DeleteSnapshot(ctx(), "acme", "s"), eventstore.ErrSnapshotNotFound, "a second delete")
+	noError(t, s.SaveSnapshot(ctx(), eventstore.Snapshot{Tenant: "acme", StreamID: "s", StreamType: "t",
 		Version: 2, SchemaVersion: 1, Payload: []byte("two")}))
 	snap, err = s.LoadSnapshot(ctx(), "acme", "s")
-	require.NoError(t, err)
-	require.Equal(t, int64(2), snap.Version, "after a delete any version may be stored again")
+	noError(t, err)
+	equal(t, int64(2), snap.Version, "after a delete any version may be stored again")
 }
 
 // testSnapshotTx: a snapshot written on the appending transaction commits and rolls back with it, and is not
@@ -565,31 +564,31 @@ func testSnapshotTx(t *testing.T, s eventstore.Store) {
 	ts := transactional(t, s)
 	for _, commit := range []bool{false, true} {
 		tx, err := ts.Begin(ctx())
-		require.NoError(t, err)
+		noError(t, err)
 		_, err = ts.AppendTx(ctx(), tx, eventstore.AppendRequest{StreamID: "s", StreamType: "t",
 			Expected: eventstore.NoStream, Events: []eventstore.EventData{{Type: "e", Payload: []byte(`{}`)}}})
-		require.NoError(t, err)
-		require.NoError(t, ts.SaveSnapshotTx(ctx(), tx, eventstore.Snapshot{StreamID: "s", StreamType: "t",
+		noError(t, err)
+		noError(t, ts.SaveSnapshotTx(ctx(), tx, eventstore.Snapshot{StreamID: "s", StreamType: "t",
 			Version: 1, SchemaVersion: 1, Payload: []byte("one")}))
 		_, err = ts.LoadSnapshot(ctx(), "", "s")
-		require.ErrorIs(t, err, eventstore.ErrSnapshotNotFound, "not visible outside the transaction")
+		errorIs(t, err, eventstore.ErrSnapshotNotFound, "not visible outside the transaction")
 		snap, err := ts.LoadSnapshotTx(ctx(), tx, "", "s")
-		require.NoError(t, err, "visible inside it")
-		require.Equal(t, int64(1), snap.Version)
+		noError(t, err, "visible inside it")
+		equal(t, int64(1), snap.Version)
 		recs, err := ts.ReadStreamTx(ctx(), tx, "", "s", 1)
-		require.NoError(t, err)
-		require.Len(t, recs, 1, "ReadStreamTx sees the transaction's own append")
+		noError(t, err)
+		length(t, recs, 1, "ReadStreamTx sees the transaction's own append")
 		if !commit {
-			require.NoError(t, tx.Rollback(ctx()))
+			noError(t, tx.Rollback(ctx()))
 			_, err = ts.LoadSnapshot(ctx(), "", "s")
-			require.ErrorIs(t, err, eventstore.ErrSnapshotNotFound, "rolled back with the events")
+			errorIs(t, err, eventstore.ErrSnapshotNotFound, "rolled back with the events")
 			continue
 		}
-		require.NoError(t, tx.Commit(ctx()))
+		noError(t, tx.Commit(ctx()))
 		snap, err = ts.LoadSnapshot(ctx(), "", "s")
-		require.NoError(t, err, "committed with the events")
-		require.Equal(t, []byte("one"), snap.Payload)
-		require.False(t, snap.CreatedAt.Before(recs[0].RecordedAt),
+		noError(t, err, "committed with the events")
+		equal(t, []byte("one"), snap.Payload)
+		isFalse(t, snap.CreatedAt.Before(recs[0].RecordedAt),
 			"a snapshot is never older than the event it was taken at")
 	}
 }
@@ -609,16 +608,16 @@ func testStageErrorRollsBack(t *testing.T, s eventstore.Store) {
 	_, err := ts.AppendWith(ctx(), eventstore.AppendRequest{StreamID: "s", Expected: eventstore.NoStream,
 		Events: events(2, "x")}, func(ctx context.Context, tx pgx.Tx, res eventstore.AppendResult) error {
 		ran = true
-		require.Len(t, res.Records, 2)
+		length(t, res.Records, 2)
 		return boom
 	})
-	require.ErrorIs(t, err, boom)
-	require.True(t, ran)
+	errorIs(t, err, boom)
+	isTrue(t, ran)
 	_, err = s.ReadStream(ctx(), "", "s", 0)
-	require.ErrorIs(t, err, eventstore.ErrStreamNotFound, "a staging error must roll the append back")
+	errorIs(t, err, eventstore.ErrStreamNotFound, "a staging error must roll the append back")
 	head, err := s.HeadPosition(ctx())
-	require.NoError(t, err)
-	require.Zero(t, head)
+	noError(t, err)
+	zero(t, head)
 }
 
 func testConflictSkipsStage(t *testing.T, s eventstore.Store) {
@@ -631,36 +630,36 @@ func testConflictSkipsStage(t *testing.T, s eventstore.Store) {
 		return nil
 	})
 	requireConflict(t, err, "s", eventstore.NoStream, 1)
-	require.False(t, ran, "staging must not run when the version check fails")
+	isFalse(t, ran, "staging must not run when the version check fails")
 }
 
 func testAppendTx(t *testing.T, s eventstore.Store) {
 	ts := transactional(t, s)
 	tx, err := ts.Begin(ctx())
-	require.NoError(t, err)
+	noError(t, err)
 	_, err = ts.AppendTx(ctx(), tx, eventstore.AppendRequest{StreamID: "rolled", Expected: eventstore.NoStream,
 		Events: events(1, "x")})
-	require.NoError(t, err)
-	require.NoError(t, tx.Rollback(ctx()))
+	noError(t, err)
+	noError(t, tx.Rollback(ctx()))
 	_, err = s.ReadStream(ctx(), "", "rolled", 0)
-	require.ErrorIs(t, err, eventstore.ErrStreamNotFound)
+	errorIs(t, err, eventstore.ErrStreamNotFound)
 
 	tx, err = ts.Begin(ctx())
-	require.NoError(t, err)
+	noError(t, err)
 	defer func() { _ = tx.Rollback(ctx()) }()
 	_, err = ts.AppendTx(ctx(), tx, eventstore.AppendRequest{StreamID: "kept", Expected: eventstore.NoStream,
 		Events: events(2, "x")})
-	require.NoError(t, err)
+	noError(t, err)
 	// A conflict inside the caller's transaction leaves it usable.
 	_, err = ts.AppendTx(ctx(), tx, eventstore.AppendRequest{StreamID: "kept", Expected: eventstore.NoStream,
 		Events: events(1, "x")})
 	requireConflict(t, err, "kept", eventstore.NoStream, 2)
 	_, err = ts.AppendTx(ctx(), tx, eventstore.AppendRequest{StreamID: "kept", Expected: 2, Events: events(1, "x")})
-	require.NoError(t, err)
-	require.NoError(t, tx.Commit(ctx()))
+	noError(t, err)
+	noError(t, tx.Commit(ctx()))
 	got, err := s.ReadStream(ctx(), "", "kept", 0)
-	require.NoError(t, err)
-	require.Equal(t, []int64{1, 2, 3}, versions(got))
+	noError(t, err)
+	equal(t, []int64{1, 2, 3}, versions(got))
 }
 
 // testGapSafeOutOfOrder holds one append's transaction open while later ones commit, rolls another back, and has a
@@ -672,14 +671,14 @@ func testGapSafeOutOfOrder(t *testing.T, s eventstore.Store) {
 
 	begin := func() pgx.Tx {
 		tx, err := ts.Begin(ctx())
-		require.NoError(t, err)
+		noError(t, err)
 		t.Cleanup(func() { _ = tx.Rollback(ctx()) })
 		return tx
 	}
 	appendTx := func(tx pgx.Tx, stream string, n int) eventstore.AppendResult {
 		res, err := ts.AppendTx(ctx(), tx, eventstore.AppendRequest{StreamID: stream, Expected: eventstore.NoStream,
 			Events: events(n, "x")})
-		require.NoError(t, err)
+		noError(t, err)
 		return res
 	}
 
@@ -688,7 +687,7 @@ func testGapSafeOutOfOrder(t *testing.T, s eventstore.Store) {
 	aborted := begin()
 	abortedRes := appendTx(aborted, "aborted", 2)
 	appendN(t, s, "", "c1", "t", eventstore.NoStream, 1) // commits while the two above are open
-	require.NoError(t, aborted.Rollback(ctx()))
+	noError(t, aborted.Rollback(ctx()))
 	appendN(t, s, "", "c2", "t", eventstore.NoStream, 2)
 
 	var got []eventstore.Record
@@ -697,7 +696,7 @@ func testGapSafeOutOfOrder(t *testing.T, s eventstore.Store) {
 		c, cancel := context.WithTimeout(ctx(), 5*time.Second)
 		defer cancel()
 		page, err := s.ReadLog(c, q)
-		require.NoError(t, err)
+		noError(t, err)
 		got = append(got, page.Records...)
 		q.After = page.Last
 	}
@@ -705,7 +704,7 @@ func testGapSafeOutOfOrder(t *testing.T, s eventstore.Store) {
 	for range 5 {
 		poll()
 		for _, r := range got {
-			require.Less(t, r.Position, heldRes.Records[0].Position,
+			less(t, r.Position, heldRes.Records[0].Position,
 				"the reader passed a position an open transaction can still commit")
 		}
 	}
@@ -718,22 +717,22 @@ func testGapSafeOutOfOrder(t *testing.T, s eventstore.Store) {
 	for len(got) < 6 && time.Now().Before(deadline) {
 		poll()
 	}
-	require.NoError(t, <-commitDone)
+	noError(t, <-commitDone)
 	poll()
 
 	var streams []string
 	seen := map[uuid.UUID]bool{}
 	for i, r := range got {
-		require.False(t, seen[r.EventID], "event read twice")
+		isFalse(t, seen[r.EventID], "event read twice")
 		seen[r.EventID] = true
 		if i > 0 {
-			require.Greater(t, r.Position, got[i-1].Position)
+			greater(t, r.Position, got[i-1].Position)
 		}
 		streams = append(streams, r.StreamID)
 		for _, a := range abortedRes.Records {
-			require.NotEqual(t, a.Position, r.Position, "a rolled-back event was read")
+			notEqual(t, a.Position, r.Position, "a rolled-back event was read")
 		}
 	}
 	sort.Strings(streams)
-	require.Equal(t, []string{"before", "c1", "c2", "c2", "held", "held"}, streams)
+	equal(t, []string{"before", "c1", "c2", "c2", "held", "held"}, streams)
 }
