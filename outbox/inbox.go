@@ -113,22 +113,12 @@ func (o *Outbox) NewInbox(cfg *InboxConfig) (*Inbox, error) {
 // message's ID and its correlation ID). Returning an error rolls everything back; the message is retried.
 type HandlerFunc func(ctx context.Context, tx pgx.Tx, out *Publisher, msg *message.Message) error
 
-// ErrPermanent is matched (errors.Is) by errors wrapped with Permanent.
-var ErrPermanent = errors.New("outbox: permanent failure")
+// ErrPermanent is stagehand.ErrPermanent, matched (errors.Is) by errors wrapped with Permanent.
+var ErrPermanent = stagehand.ErrPermanent
 
-type permanentError struct{ err error }
-
-func (e permanentError) Error() string        { return e.err.Error() }
-func (e permanentError) Unwrap() []error      { return []error{e.err, ErrPermanent} }
-func (e permanentError) Is(target error) bool { return target == ErrPermanent }
-
-// Permanent marks err as one that retrying cannot fix: the inbox dead-letters the message at once.
-func Permanent(err error) error {
-	if err == nil {
-		return nil
-	}
-	return permanentError{err: err}
-}
+// Permanent is stagehand.Permanent, here for handlers: a handler error it marks makes the inbox dead-letter the
+// message at once.
+func Permanent(err error) error { return stagehand.Permanent(err) }
 
 // Handler wraps h for a Watermill router (router.AddConsumerHandler). For every message it opens a transaction,
 // records (tenant, message ID, name) in the inbox under a unique constraint, and runs h unless the message was

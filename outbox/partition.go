@@ -180,31 +180,10 @@ func (g *group) drainLed(p int, name string) {
 		g.mu.Unlock()
 		return
 	}
-	ctx, cancel := context.WithCancelCause(g.ctx)
-	defer cancel(nil)
-	renewed := make(chan struct{})
-	go func() {
-		defer close(renewed)
-		t := time.NewTicker(mgr.Config().RenewInterval)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-			}
-			if nl, err := mgr.Renew(ctx, l); errors.Is(err, lease.ErrLost) {
-				cancel(err)
-				return
-			} else if err == nil {
-				l = nl
-			}
-		}
-	}()
+	ctx, stop := mgr.Keep(g.ctx, l)
 	term := l
 	loss := g.term(ctx, p, nil, &term)
-	cancel(nil)
-	<-renewed
+	l = stop()
 	if loss != nil || errors.Is(context.Cause(ctx), lease.ErrLost) {
 		return
 	}

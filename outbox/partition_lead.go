@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/stagehand-es/stagehand/internal/backoff"
 	"github.com/stagehand-es/stagehand/internal/lease"
 )
 
@@ -109,45 +110,15 @@ func (sh *sharing) member(ctx context.Context) {
 			if err != nil || !ok {
 				continue
 			}
-			sh.hold(ctx, l, nil)
+			kept, stop := mgr.Keep(ctx, l)
+			<-kept.Done()
+			l = stop()
 			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 			_ = mgr.Release(rctx, l)
 			cancel()
 			break
 		}
-		sleep(ctx, every)
-	}
-}
-
-// hold renews l every RenewInterval until ctx ends or the lease is lost (changed hands, or could not be renewed
-// for a whole TTL), then cancels end (when given) with the reason.
-func (sh *sharing) hold(ctx context.Context, l lease.Lease, end context.CancelCauseFunc) {
-	mgr := sh.g.r.leases
-	cfg := mgr.Config()
-	t := time.NewTicker(cfg.RenewInterval)
-	defer t.Stop()
-	lastOK := time.Now()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		sent := time.Now()
-		rctx, cancel := context.WithTimeout(ctx, cfg.RenewInterval)
-		nl, err := mgr.Renew(rctx, l)
-		cancel()
-		switch {
-		case err == nil:
-			l, lastOK = nl, sent
-		case ctx.Err() != nil:
-			return
-		case errors.Is(err, lease.ErrLost) || time.Since(lastOK) >= cfg.TTL:
-			if end != nil {
-				end(fmt.Errorf("%w: %w", lease.ErrLost, err))
-			}
-			return
-		}
+		backoff.Sleep(ctx, every)
 	}
 }
 
@@ -161,7 +132,7 @@ func (g *group) leadShared(sh *sharing, p int, wake chan struct{}) {
 	every := mgr.Config().AcquireInterval
 	for g.ctx.Err() == nil {
 		if !sh.mayTake(g.ctx) {
-			sleep(g.ctx, every)
+			backoff.Sleep(g.ctx, every)
 			continue
 		}
 		l, ok, err := mgr.TryAcquire(g.ctx, name)
@@ -170,17 +141,13 @@ func (g *group) leadShared(sh *sharing, p int, wake chan struct{}) {
 		}
 		if !ok {
 			// Jitter, so relays started together do not contend in lockstep.
-			sleep(g.ctx, every+rand.N(every/2+1))
+			backoff.Sleep(g.ctx, every+rand.N(every/2+1))
 			continue
 		}
 		sh.leading(p, true)
 		r.s.logger.Info("stagehand: outbox relay leads", "lease", l.Name, "token", l.Token, "partition", p)
-		tctx, end := context.WithCancelCause(g.ctx)
-		kept := make(chan struct{})
-		go func() {
-			defer close(kept)
-			sh.hold(tctx, l, end)
-		}()
+		sctx, end := context.WithCancelCause(g.ctx)
+		tctx, stop := mgr.Keep(sctx, l)
 		shed := make(chan struct{})
 		go func() { // hand the partition over when the relay leads more than its share
 			defer close(shed)
@@ -201,7 +168,7 @@ func (g *group) leadShared(sh *sharing, p int, wake chan struct{}) {
 		loss := g.term(tctx, p, wake, &l)
 		cause := context.Cause(tctx)
 		end(nil)
-		<-kept
+		l = stop()
 		<-shed
 		sh.leading(p, false)
 		if loss == nil && !errors.Is(cause, lease.ErrLost) {
@@ -214,16 +181,7 @@ func (g *group) leadShared(sh *sharing, p int, wake chan struct{}) {
 		}
 		if errors.Is(cause, errShed) {
 			r.s.logger.Info("stagehand: outbox relay handed a partition over", "lease", name, "partition", p)
-			sleep(g.ctx, every) // leave the lease to the relay that needs it
+			backoff.Sleep(g.ctx, every) // leave the lease to the relay that needs it
 		}
-	}
-}
-
-func sleep(ctx context.Context, d time.Duration) {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-	case <-ctx.Done():
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/stagehand-es/stagehand"
 	"github.com/stagehand-es/stagehand/aggregate"
 	"github.com/stagehand-es/stagehand/eventstore"
 	"github.com/stagehand-es/stagehand/internal/logfollow"
@@ -270,7 +271,7 @@ func (p *Projection) handle(ctx context.Context, tx pgx.Tx, recs []eventstore.Re
 		if p.reg != nil {
 			d, err := p.reg.Decode(r)
 			if err != nil {
-				return logfollow.Permanent(err) // retrying cannot fix an undecodable event
+				return stagehand.Permanent(err) // retrying cannot fix an undecodable event
 			}
 			e.Data = d
 		}

@@ -4,6 +4,7 @@
 package backoff
 
 import (
+	"context"
 	"math"
 	"time"
 )
@@ -68,4 +69,16 @@ func Fraction(d time.Duration, f float64) time.Duration {
 		return d
 	}
 	return time.Duration(x)
+}
+
+// Sleep waits for d, or until ctx ends, and reports whether the whole d passed.
+func Sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
 }

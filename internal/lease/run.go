@@ -54,20 +54,12 @@ func (m *Manager) Run(ctx context.Context, name string, work Work) error {
 	}
 }
 
-// hold runs work under l with a background renewer and releases l afterwards. It returns an error matching ErrLost
-// when the lease was lost while work ran.
+// hold runs work under l, kept by Keep, and releases l afterwards. It returns an error matching ErrLost when the
+// lease was lost while work ran.
 func (m *Manager) hold(ctx context.Context, l Lease, work Work) error {
-	wctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-	done := make(chan struct{})
-	renewerDone := make(chan struct{})
-	go func() {
-		defer close(renewerDone)
-		m.renew(wctx, l, done, cancel)
-	}()
+	wctx, stop := m.Keep(ctx, l)
 	err := work(wctx, l)
-	close(done)
-	<-renewerDone
+	l = stop()
 	if cause := context.Cause(wctx); errors.Is(cause, ErrLost) {
 		if err == nil || errors.Is(err, context.Canceled) {
 			return cause
@@ -86,18 +78,37 @@ func (m *Manager) hold(ctx context.Context, l Lease, work Work) error {
 	return err
 }
 
-// renew renews l every RenewInterval until done closes. It cancels the work with ErrLost when the lease changed
-// hands, or when no renewal succeeded for a whole TTL (the database may have given the lease away meanwhile).
-func (m *Manager) renew(ctx context.Context, l Lease, done <-chan struct{}, cancel context.CancelCauseFunc) {
+// Keep renews l in the background every RenewInterval, for as long as work is done under it: the one renewal
+// loop of every lease holder. The returned context is derived from ctx and is cancelled, with a cause matching
+// ErrLost, when l changes hands or no renewal succeeded for a whole TTL (the database may have given the lease
+// away meanwhile). stop ends the renewal, waits for it, and returns the lease as last renewed; call it once.
+func (m *Manager) Keep(ctx context.Context, l Lease) (kept context.Context, stop func() Lease) {
+	kctx, cancel := context.WithCancelCause(ctx)
+	done := make(chan struct{})
+	renewed := make(chan Lease, 1)
+	go func() {
+		renewed <- m.renew(kctx, l, done, cancel)
+	}()
+	return kctx, func() Lease {
+		close(done)
+		last := <-renewed
+		cancel(nil)
+		return last
+	}
+}
+
+// renew renews l every RenewInterval until done closes or ctx ends, and returns the lease as last renewed. It
+// cancels ctx with ErrLost when the lease changed hands, or when no renewal succeeded for a whole TTL.
+func (m *Manager) renew(ctx context.Context, l Lease, done <-chan struct{}, cancel context.CancelCauseFunc) Lease {
 	lastOK := time.Now() // monotonic: when the last successful renewal (or the acquisition) was sent
 	t := time.NewTicker(m.cfg.RenewInterval)
 	defer t.Stop()
 	for {
 		select {
 		case <-done:
-			return
+			return l
 		case <-ctx.Done():
-			return
+			return l
 		case <-t.C:
 		}
 		sent := time.Now()
@@ -109,14 +120,14 @@ func (m *Manager) renew(ctx context.Context, l Lease, done <-chan struct{}, canc
 			l, lastOK = nl, sent
 		case errors.Is(err, ErrLost):
 			cancel(err)
-			return
+			return l
 		case ctx.Err() != nil:
-			return
+			return l
 		default:
 			m.cfg.Logger.WarnContext(ctx, "stagehand: lease renewal failed", "lease", l.Name, "error", err)
 			if time.Since(lastOK) >= m.cfg.TTL {
 				cancel(fmt.Errorf("%w: %q could not be renewed for %s: %w", ErrLost, l.Name, m.cfg.TTL, err))
-				return
+				return l
 			}
 		}
 	}

@@ -101,8 +101,6 @@ const LeasePrefix = "logfollow:"
 var (
 	// ErrInvalidConfig: a Follower was configured with an invalid value.
 	ErrInvalidConfig = stagehand.ErrInvalidConfig
-	// ErrPermanent marks a handler error that retrying cannot fix (see Permanent).
-	ErrPermanent = errors.New("permanent failure")
 	// ErrHandler matches the *HandlerError Run returns when a record exhausted its attempts.
 	ErrHandler = errors.New("handler failed")
 	// ErrAlreadyRunning: Run was called on a Follower that is running.
@@ -134,21 +132,6 @@ func (e *HandlerError) Is(target error) bool { return target == ErrHandler }
 
 // Unwrap returns the handler's error.
 func (e *HandlerError) Unwrap() error { return e.Err }
-
-type permanent struct{ err error }
-
-func (p permanent) Error() string        { return p.err.Error() }
-func (p permanent) Unwrap() []error      { return []error{p.err, ErrPermanent} }
-func (p permanent) Is(target error) bool { return target == ErrPermanent }
-
-// Permanent marks err as one that retrying cannot fix (an undecodable payload): the record is given up on at
-// once (OnExhausted, or the follower stops) instead of after MaxAttempts.
-func Permanent(err error) error {
-	if err == nil {
-		return nil
-	}
-	return permanent{err}
-}
 
 func (c *Config) withDefaults() (Config, error) {
 	if c == nil {

@@ -11,7 +11,9 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/stagehand-es/stagehand"
 	"github.com/stagehand-es/stagehand/eventstore"
+	"github.com/stagehand-es/stagehand/internal/backoff"
 	"github.com/stagehand-es/stagehand/internal/lease"
 	"github.com/stagehand-es/stagehand/internal/pgnotify"
 )
@@ -211,7 +213,7 @@ func (f *Follower) loop(ctx context.Context, l lease.Lease, p *progress, notifie
 				// The next event cannot be read at all: it fails like a handler that can never succeed on it,
 				// so the follower's failure mode applies (stop naming it, or give up on it and go on).
 				if stop := f.failed(ctx, l, p, []eventstore.Record{rerr.Record},
-					&handlerFailure{err: Permanent(err)}); stop != nil {
+					&handlerFailure{err: stagehand.Permanent(err)}); stop != nil {
 					return stop
 				}
 				continue
@@ -409,12 +411,12 @@ func (f *Follower) failed(ctx context.Context, l lease.Lease, p *progress, recs 
 	}
 	p.attempts++
 	f.noteError(ctx, rec.Position, p.attempts, hf.err)
-	exhausted := p.attempts >= f.cfg.MaxAttempts || errors.Is(hf.err, ErrPermanent)
+	exhausted := p.attempts >= f.cfg.MaxAttempts || errors.Is(hf.err, stagehand.ErrPermanent)
 	f.cfg.Logger.WarnContext(ctx, "stagehand: log follower handler failed", "name", f.cfg.Name,
 		"position", rec.Position, "event_type", rec.Type, "attempt", p.attempts, "exhausted", exhausted,
 		"error", hf.err)
 	if !exhausted {
-		sleep(ctx, f.cfg.retryDelay(p.attempts))
+		backoff.Sleep(ctx, f.cfg.retryDelay(p.attempts))
 		return nil
 	}
 	herr := &HandlerError{Kind: f.cfg.Kind, Name: f.cfg.Name, Record: rec, Attempts: p.attempts, Err: hf.err}
@@ -575,7 +577,7 @@ func (f *Follower) pause(ctx context.Context, p *progress, err error, what strin
 	f.cfg.Logger.WarnContext(ctx, "stagehand: log follower error; retrying", "name", f.cfg.Name, "step", what,
 		"retry_in", p.infraDelay, "error", err)
 	p.reload = true
-	return sleep(ctx, p.infraDelay)
+	return backoff.Sleep(ctx, p.infraDelay)
 }
 
 // wait waits for a wake-up and reports whether it was a notification of new events.
@@ -590,17 +592,6 @@ func (f *Follower) wait(ctx context.Context, notified <-chan struct{}) bool {
 	case <-t.C:
 	}
 	return false
-}
-
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
 }
 
 // isConnErr reports errors of the connection rather than of a statement.

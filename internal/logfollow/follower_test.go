@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/stagehand-es/stagehand"
 	"github.com/stagehand-es/stagehand/eventstore"
 	"github.com/stagehand-es/stagehand/internal/logfollow"
 	"github.com/stagehand-es/stagehand/internal/pgtest"
@@ -301,7 +302,7 @@ func TestPermanentErrorsAreGivenUpOnAtOnceAndOnExhaustedMovesOn(t *testing.T) {
 				if len(recs) == 1 { // a failed batch is first replayed one record at a time
 					attempts.Add(1)
 				}
-				return logfollow.Permanent(errors.New("undecodable"))
+				return stagehand.Permanent(errors.New("undecodable"))
 			}
 		}
 		return h(ctx, tx, recs)
@@ -463,7 +464,7 @@ func TestRunLeavesNoGoroutines(t *testing.T) {
 	require.NoError(t, stopB())
 	// Run returns a HandlerError too without leaving anything behind.
 	c := x.newFollower(t, x.store, func(context.Context, pgx.Tx, []eventstore.Record) error {
-		return logfollow.Permanent(errors.New("no"))
+		return stagehand.Permanent(errors.New("no"))
 	}, logfollow.Config{Name: "g"})
 	require.ErrorIs(t, c.Run(context.Background()), logfollow.ErrHandler)
 }
