@@ -288,7 +288,7 @@ func (a *Admin) moveDead(ctx context.Context, query string, ids []string, releas
 		if err != nil {
 			return err
 		}
-		var keys []string
+		var keys []tenantKey
 		for rows.Next() {
 			var (
 				id, tenant, key string
@@ -301,7 +301,7 @@ func (a *Admin) moveDead(ctx context.Context, query string, ids []string, releas
 			n++
 			moved[id] = struct{}{}
 			if holds {
-				keys = append(keys, keyRef(tenant, key))
+				keys = append(keys, tenantKey{tenant, key})
 			}
 		}
 		rows.Close()
@@ -311,9 +311,7 @@ func (a *Admin) moveDead(ctx context.Context, query string, ids []string, releas
 		if !release || len(keys) == 0 {
 			return nil
 		}
-		slices.Sort(keys)
-		keys = slices.Compact(keys)
-		locks, tenants, names := a.o.keyArgs(keys)
+		locks, tenants, names := a.o.keyArgs(sortedKeys(keys))
 		if _, err := tx.Exec(ctx, a.o.q.lockKeysWait, sortedLocks(locks)); err != nil {
 			return err
 		}

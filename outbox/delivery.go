@@ -6,8 +6,6 @@ import (
 	"io"
 	"log/slog"
 	"net"
-	"slices"
-	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -176,39 +174,7 @@ func BrokerUnavailable(err error) bool {
 	return errors.Is(err, gobreaker.ErrOpenState) || errors.Is(err, gobreaker.ErrTooManyRequests)
 }
 
-// classify turns a rejection into "unreachable" when the classifier says so.
-func (s *subscription) classify(out outcome) outcome {
-	if out.kind == Rejected && out.err != nil && s.s.unavailable(out.err) {
-		out.kind = Unreachable
-	}
-	return out
-}
-
 // listenFor listens for the outbox's wake-up notifications.
 func listenFor(ctx context.Context, o *Outbox, reconnect time.Duration, logger *slog.Logger) (<-chan struct{}, func()) {
 	return pgnotify.Listen(ctx, o.pool, o.channel, reconnect, logger)
-}
-
-// sortRows orders claimed rows by key and sequence (unordered rows first, in claim order).
-func sortRows(rows []*row) {
-	slices.SortStableFunc(rows, func(a, b *row) int {
-		switch {
-		case !a.ordered() && !b.ordered():
-			return 0
-		case !a.ordered():
-			return -1
-		case !b.ordered():
-			return 1
-		}
-		if c := strings.Compare(a.partitionKey, b.partitionKey); c != 0 {
-			return c
-		}
-		switch {
-		case *a.seq < *b.seq:
-			return -1
-		case *a.seq > *b.seq:
-			return 1
-		}
-		return 0
-	})
 }

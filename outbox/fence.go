@@ -6,8 +6,6 @@ import (
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
-
-	"github.com/stagehand-es/stagehand/internal/lease"
 )
 
 // Errors of leader-elected (fenced) relays; see RelayConfig.LeaderElection.
@@ -64,41 +62,6 @@ func (e *CannotFenceError) Is(target error) bool { return target == ErrCannotFen
 type fenceLoss struct {
 	err      *FencedError
 	leaseErr error
-}
-
-// fenced returns args followed by the fence's arguments when the subscription is fenced.
-func (s *subscription) fenced(args ...any) []any {
-	if s.fence == nil {
-		return args
-	}
-	return append(args, s.fence.Name, s.fence.Owner, s.fence.Token)
-}
-
-// checkFence tells a fenced-out write from another reason for writing nothing: called when a fenced write matched
-// no row. When the term is over it logs once, ends the term (the relay stops claiming and gives back what it
-// holds; Run contends for the lease again) and returns a *FencedError.
-func (s *subscription) checkFence(ctx context.Context, op string) error {
-	if s.fence == nil {
-		return nil
-	}
-	if loss := s.demote.Load(); loss != nil {
-		e := *loss.err
-		e.Op = op
-		return &e
-	}
-	err := lease.CheckTx(ctx, s.r.o.pool, s.r.o.schema, *s.fence)
-	var fe *lease.FencedError
-	if !errors.As(err, &fe) {
-		return nil // still the leader (or the check itself failed): the rows were taken for another reason
-	}
-	loss := &fenceLoss{leaseErr: err, err: &FencedError{Op: op, Lease: fe.Name, Token: fe.Token,
-		CurrentToken: fe.Current, Owner: fe.Owner, CurrentOwner: fe.CurrentOwner}}
-	if s.demote.CompareAndSwap(nil, loss) {
-		s.s.logger.Warn("stagehand: outbox relay was demoted; its late write was rejected and the rows are left "+
-			"to the new leader", "error", loss.err, "partition", s.part)
-		s.cancel()
-	}
-	return s.checkFence(ctx, op)
 }
 
 // checkFenceable fails fast when leader election is configured but the database cannot fence the relay's writes:

@@ -16,18 +16,24 @@ import (
 // lands on the same value with a chance of about one in 2^64 per pair; a collision only makes the two holders wait
 // for each other (or a relay promote a key later), and never changes an order.
 
-// keyRef names one tenant's partition key in the relay's and admin's bookkeeping: the tenant and the key joined by
-// a NUL byte, which neither can contain (PostgreSQL text cannot hold one).
-func keyRef(tenant, key string) string { return tenant + "\x00" + key }
+// tenantKey is one tenant's partition key: the unit of per-key order, in the relay's and admin's bookkeeping.
+type tenantKey struct{ tenant, key string }
 
-// splitKeyRef is the inverse of keyRef.
-func splitKeyRef(ref string) (tenant, key string) {
-	tenant, key, _ = strings.Cut(ref, "\x00")
-	return tenant, key
+func compareKeys(a, b tenantKey) int {
+	if c := strings.Compare(a.tenant, b.tenant); c != 0 {
+		return c
+	}
+	return strings.Compare(a.key, b.key)
 }
 
-// keyRef is the row's key reference, for ordered rows.
-func (r *row) keyRef() string { return keyRef(r.tenant, r.partitionKey) }
+// sortedKeys returns the distinct keys, sorted.
+func sortedKeys(keys []tenantKey) []tenantKey {
+	slices.SortFunc(keys, compareKeys)
+	return slices.Compact(keys)
+}
+
+// key is the row's tenant key, for ordered rows.
+func (r *row) key() tenantKey { return tenantKey{r.tenant, r.partitionKey} }
 
 // keyLock is the advisory-lock key of one tenant's partition key in the outbox's schema: FNV-1a (64 bits) of the
 // three, separated by NUL bytes.
@@ -43,26 +49,27 @@ func (o *Outbox) keyLock(tenant, key string) int64 {
 	return int64(h)
 }
 
-// keyArgs lays refs out for the lockKeys and promote statements: their locks, tenants and keys, in refs' order.
-func (o *Outbox) keyArgs(refs []string) (locks []int64, tenants, keys []string) {
-	locks, tenants, keys = make([]int64, len(refs)), make([]string, len(refs)), make([]string, len(refs))
-	for i, ref := range refs {
-		tenants[i], keys[i] = splitKeyRef(ref)
-		locks[i] = o.keyLock(tenants[i], keys[i])
+// keyArgs lays keys out for the lockKeys and promote statements: their locks, tenants and partition keys, in keys'
+// order.
+func (o *Outbox) keyArgs(keys []tenantKey) (locks []int64, tenants, names []string) {
+	locks, tenants, names = make([]int64, len(keys)), make([]string, len(keys)), make([]string, len(keys))
+	for i, k := range keys {
+		tenants[i], names[i] = k.tenant, k.key
+		locks[i] = o.keyLock(k.tenant, k.key)
 	}
-	return locks, tenants, keys
+	return locks, tenants, names
 }
 
-// queuePromote queues, onto b, the try-lock of refs' keys and the promotion of each key's next message. Read the
-// locked keys with lockedKeys.
-func (o *Outbox) queuePromote(b *pgx.Batch, refs []string, now any) {
-	locks, tenants, keys := o.keyArgs(refs)
+// queuePromote queues, onto b, the try-lock of keys and the promotion of each key's next message. Read the locked
+// keys with lockedKeys.
+func (o *Outbox) queuePromote(b *pgx.Batch, keys []tenantKey, now any) {
+	locks, tenants, names := o.keyArgs(keys)
 	b.Queue(o.q.lockKeys, locks)
-	b.Queue(o.q.promote, tenants, keys, now)
+	b.Queue(o.q.promote, tenants, names, now)
 }
 
-// lockedKeys reads the result of the lockKeys statement queued by queuePromote(refs): the refs it locked.
-func lockedKeys(res pgx.BatchResults, refs []string) ([]string, error) {
+// lockedKeys reads the result of the lockKeys statement queued by queuePromote(keys): the keys it locked.
+func lockedKeys(res pgx.BatchResults, keys []tenantKey) ([]tenantKey, error) {
 	rows, err := res.Query()
 	if err != nil {
 		return nil, err
@@ -71,9 +78,9 @@ func lockedKeys(res pgx.BatchResults, refs []string) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	locked := make([]string, 0, len(idx))
+	locked := make([]tenantKey, 0, len(idx))
 	for _, i := range idx {
-		locked = append(locked, refs[i-1])
+		locked = append(locked, keys[i-1])
 	}
 	return locked, nil
 }

@@ -102,7 +102,7 @@ func (g *group) run() {
 				select {
 				case <-listen:
 					for _, w := range wakes {
-						kick(w)
+						signal(w)
 					}
 				case <-g.ctx.Done():
 					return
@@ -204,30 +204,28 @@ func (g *group) term(ctx context.Context, p int, wake chan struct{}, fence *leas
 	if fence != nil {
 		owner = fmt.Sprintf("%s/%d#%d", r.owner, p, fence.Token) // one row-lease owner per term
 	}
-	s := &subscription{
-		r: r, s: &r.s, q: &r.o.q, st: &r.st, topics: g.topics, owner: owner, drain: g.drain, listen: wake,
-		part: p, fence: fence,
-		ctx: ctx, cancel: cancel, deliver: g.deliver,
-		keys: map[string]*unit{}, held: map[int64]*row{},
-		work: make(chan struct{}, 1), room: make(chan struct{}, 1), wake: make(chan struct{}, 1),
-		ackKick: make(chan struct{}, 1), done: make(chan struct{}),
-		brokerBackoff: r.s.brokerBackoff,
+	loop := &claimLoop{
+		relay: r, cfg: &r.s, topics: g.topics, drain: g.drain, listen: wake, part: p, deliver: g.deliver,
+		ctx: ctx, cancel: cancel,
+		db:     &relayDB{o: r.o, st: &r.st, owner: owner, fence: fence, logger: r.s.logger, part: p, end: cancel},
+		flight: newInflight(), marks: newMarker(), promos: &promoter{},
+		pause: newBrokerPause(r.s.brokerBackoff, r.s.nextBrokerBackoff),
+		done:  make(chan struct{}), stopped: make(chan struct{}),
 	}
-	s.lo, s.hi = partitionRange(p, r.s.partitions)
-	s.run()
-	loss := s.demote.Load()
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	loop.lo, loop.hi = partitionRange(p, r.s.partitions)
+	loop.run()
+	loss := loop.db.demote.Load()
+	result, drainErr := loop.tally.get()
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	g.result.Published += s.result.Published
-	g.result.Failed += s.result.Failed
-	g.result.DeadLettered += s.result.DeadLettered
-	g.result.Unreachable += s.result.Unreachable
+	g.result.Published += result.Published
+	g.result.Failed += result.Failed
+	g.result.DeadLettered += result.DeadLettered
+	g.result.Unreachable += result.Unreachable
 	if g.drainErr == nil {
 		switch {
-		case s.drainErr != nil:
-			g.drainErr = s.drainErr
+		case drainErr != nil:
+			g.drainErr = drainErr
 		case loss != nil && g.drain:
 			g.drainErr = loss.err
 		}

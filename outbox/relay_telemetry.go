@@ -142,15 +142,15 @@ func (t *relayTelemetry) close() {
 }
 
 // claimed records a claim: its duration, and its spans when it took rows or failed.
-func (t *relayTelemetry) claimed(s *subscription, start time.Time, took time.Duration, rows []*row, err error) {
-	t.claimDuration.Record(s.ctx, took.Seconds())
+func (t *relayTelemetry) claimed(ctx context.Context, start time.Time, took time.Duration, rows []*row, err error) {
+	t.claimDuration.Record(ctx, took.Seconds())
 	if len(rows) == 0 && err == nil {
 		return // an empty poll: no span
 	}
 	end := start.Add(took)
 	untraced := 0
 	for _, rw := range rows {
-		pctx := telemetry.Extract(s.ctx, rw.metadata)
+		pctx := telemetry.Extract(ctx, rw.metadata)
 		if !trace.SpanContextFromContext(pctx).IsValid() {
 			untraced++
 			continue
@@ -164,7 +164,7 @@ func (t *relayTelemetry) claimed(s *subscription, start time.Time, took time.Dur
 	if untraced == 0 && err == nil {
 		return
 	}
-	_, span := t.tracer.Start(s.ctx, telemetry.SpanRelayClaim, trace.WithTimestamp(start), trace.WithNewRoot(),
+	_, span := t.tracer.Start(ctx, telemetry.SpanRelayClaim, trace.WithTimestamp(start), trace.WithNewRoot(),
 		trace.WithSpanKind(trace.SpanKindConsumer), trace.WithAttributes(telemetry.AttrMessages.Int(untraced)))
 	if err != nil {
 		span.RecordError(err)

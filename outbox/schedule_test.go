@@ -95,7 +95,8 @@ func TestRowFallingDueDuringAClaimIsNotLeftForThePoll(t *testing.T) {
 
 			pgtest.Eventually(t, poll+5*time.Second, func() bool { return b.distinct() == 1 }, "not delivered")
 			late := b.snapshot()[0].at.Sub(at)
-			require.Less(t, late, 250*time.Millisecond, "delivered %s late (poll %s)", late, poll)
+			// A whole poll late is the bug; half a poll leaves room for a loaded machine (measured: about 60 ms).
+			require.Less(t, late, poll/2, "delivered %s late (poll %s)", late, poll)
 			t.Logf("poll %s: delivered %s after its time, the claim held up until %s after it", poll, late, 20*time.Millisecond)
 		})
 	}

@@ -26,7 +26,7 @@ type queries struct {
 	stageOne, stageMany, dedupOne, dedupMany         string
 	staging                                          stagingStatements
 	stageRecheckOne, stageRecheckMany                string
-	relaySettings                                    string
+	relaySettings, vacuum                            string
 	claim, nextDue                                   string
 	mark, fail, release, unreachable, extend         string
 	lockKeys, lockKeysWait, promote, sweep           string
@@ -75,6 +75,9 @@ func newQueries(schema string) queries {
 		//     earlier, where the affected messages are still pending, so they are published again (a duplicate,
 		//     which at-least-once allows) and none is lost. Staging is never affected: it commits in the caller's
 		//     transaction with the caller's settings.
+		// The relay's vacuum of the outbox table: see claimLoop.vacuumer.
+		vacuum: `VACUUM (SKIP_LOCKED, TRUNCATE false, PARALLEL 0) {outbox}`,
+
 		relaySettings: `SELECT set_config('plan_cache_mode', 'force_generic_plan', true),
     set_config('enable_seqscan', 'off', true), set_config('enable_bitmapscan', 'off', true),
     set_config('jit', 'off', true), set_config('synchronous_commit', 'off', true)`,
@@ -496,7 +499,7 @@ ON CONFLICT (message_id, topic, tenant_id) DO NOTHING`
 	q.dedupOne, q.dedupMany = q.expand(dedupOne), q.expand(dedupMany)
 	q.staging = q.stagingStatements("")
 	for _, p := range []*string{
-		&q.stagePrelude, &q.lockKeyGeneric, &q.stageSave, &q.stageRestore, &q.stageRecheckOne, &q.stageRecheckMany, &q.nextDue,
+		&q.vacuum, &q.stagePrelude, &q.lockKeyGeneric, &q.stageSave, &q.stageRestore, &q.stageRecheckOne, &q.stageRecheckMany, &q.nextDue,
 		&q.lockKeys, &q.lockKeysWait, &q.promote, &q.sweep, &q.redrive, &q.discard, &q.listDead, &q.getDead,
 		&q.stats, &q.cleanupSent, &q.registerWatermark, &q.advanceWatermark, &q.dropWM, &q.wms,
 		&q.inboxClaim, &q.inboxAttempt, &q.inboxClearAttempts, &q.inboxDeadLetter, &q.inboxMarkDead,

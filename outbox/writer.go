@@ -336,9 +336,6 @@ func (o *Outbox) stageArgs(ctx context.Context, msgs []Message) (stageArgs, erro
 	return a, nil
 }
 
-// tenantKey is one tenant's partition key: the unit of per-key order.
-type tenantKey struct{ tenant, key string }
-
 // Publisher returns a Watermill message.Publisher that stages every published message into db. Bound to a pgx.Tx,
 // Publish(topic, msgs...) inside a business transaction stages rows that commit or roll back with it; call Notify
 // after the commit (or let relays poll). Bound to a pool or connection, each Publish is its own transaction and

@@ -1,0 +1,194 @@
+package outbox
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// claimer claims batches while there is room and rows are due, and otherwise waits for a wake-up, a poll, or the
+// next row falling due. It sweeps for missed promotions every few polls.
+func (loop *claimLoop) claimer() {
+	poll := time.NewTimer(0)
+	defer poll.Stop()
+	sweepEvery := min(max(5*loop.cfg.pollingInterval, time.Second), 30*time.Second)
+	var lastSweep time.Time
+	for {
+		if loop.ctx.Err() != nil {
+			return
+		}
+		if time.Since(lastSweep) >= sweepEvery {
+			loop.sweep()
+			lastSweep = time.Now()
+		}
+		if !loop.pause.wait(loop.ctx) {
+			return
+		}
+		limit := loop.flight.roomFor(loop.cfg.batchSize, loop.cfg.parallelism)
+		if limit == 0 {
+			select {
+			case <-loop.flight.room:
+				continue
+			case <-loop.ctx.Done():
+				return
+			}
+		}
+		// The claim's instant bounds the next-due query below: a row falling due while the claim runs is not
+		// claimed, and must not be skipped as already past either.
+		claimedAt := loop.relay.o.now()
+		n, err := loop.claim(claimedAt, limit)
+		if err != nil {
+			if loop.ctx.Err() != nil {
+				return
+			}
+			loop.cfg.logger.Warn("stagehand: outbox claim failed; retrying at the next poll", "error", err)
+			if loop.drain {
+				loop.tally.fail(err)
+				loop.waitIdle()
+				return
+			}
+		}
+		if err == nil && n == limit {
+			continue // more may be due
+		}
+		if loop.drain {
+			if loop.idle() {
+				return
+			}
+			select {
+			case <-loop.flight.wake:
+			case <-loop.flight.room:
+			case <-loop.ctx.Done():
+				return
+			}
+			continue
+		}
+		wait := loop.cfg.pollingInterval
+		if err == nil {
+			if next, ok := loop.nextDue(claimedAt); ok {
+				wait = min(wait, max(time.Until(next), time.Millisecond))
+			}
+		}
+		poll.Reset(wait)
+		select {
+		case <-loop.listen:
+		case <-loop.flight.wake:
+		case <-poll.C:
+		case <-loop.ctx.Done():
+			return
+		}
+		if !poll.Stop() {
+			select {
+			case <-poll.C:
+			default:
+			}
+		}
+	}
+}
+
+// waitIdle waits until a drain has nothing left in flight.
+func (loop *claimLoop) waitIdle() {
+	for !loop.idle() {
+		select {
+		case <-loop.flight.wake:
+		case <-loop.flight.room:
+		case <-time.After(10 * time.Millisecond):
+		case <-loop.ctx.Done():
+			return
+		}
+	}
+}
+
+// claim claims up to limit due rows (see queries.claim) and queues them for the workers.
+func (loop *claimLoop) claim(now time.Time, limit int) (n int, err error) {
+	start := time.Now()
+	var claimed []*row
+	defer func() {
+		took := time.Since(start)
+		loop.relay.tel.claimed(loop.ctx, start, took, claimed, err)
+		if h := loop.cfg.hooks.Claimed; h != nil {
+			h(loop.ctx, n, took, err)
+		}
+	}()
+	args := []any{now, limit, loop.db.owner, now.Add(loop.cfg.leaseDuration), loop.topics, loop.runLength() - 1,
+		loop.runHeads()}
+	if loop.db.st.partitioned {
+		args = append(args, loop.lo, loop.hi)
+	}
+	b := &pgx.Batch{}
+	b.Queue(loop.db.st.claim, loop.db.fenced(args...)...)
+	err = loop.db.exec(loop.ctx, b, func(res pgx.BatchResults) error {
+		rows, err := res.Query()
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			rw := &row{}
+			if err := rows.Scan(&rw.rid, &rw.id, &rw.topic, &rw.msgType, &rw.payload, &rw.metadata, &rw.tenant,
+				&rw.correlationID, &rw.causationID, &rw.partitionKey, &rw.seq, &rw.attempts, &rw.createdAt,
+				&rw.scheduledAt); err != nil {
+				return err
+			}
+			claimed = append(claimed, rw)
+		}
+		return rows.Err()
+	})
+	if err != nil {
+		return 0, fmt.Errorf("outbox: claim: %w", err)
+	}
+	loop.flight.add(claimed)
+	return len(claimed), nil
+}
+
+// runLength is how many messages of one key a claim takes at most: enough for the batch to fill with runs of
+// twice as many keys as there are workers, so workers stay busy while promotions (one per run, when it ends) stay
+// rare.
+func (loop *claimLoop) runLength() int {
+	per := 2 * loop.cfg.parallelism
+	return max(1, (loop.cfg.batchSize+per-1)/per)
+}
+
+// runHeads is how many of a claim's heads may bring their runs: at least two per worker, and enough for deep keys
+// to fill the batch with runs (one promotion per run rather than per message), while bounding what the claim reads.
+func (loop *claimLoop) runHeads() int {
+	return max(2*loop.cfg.parallelism, (loop.cfg.batchSize+7)/8)
+}
+
+// sweep promotes the first message of keys whose promotion was missed (see queries.sweep).
+func (loop *claimLoop) sweep() {
+	b := &pgx.Batch{}
+	b.Queue(loop.relay.o.q.sweep, loop.relay.o.now())
+	var tag pgconn.CommandTag
+	err := loop.db.exec(loop.ctx, b, func(res pgx.BatchResults) (err error) {
+		tag, err = res.Exec()
+		return err
+	})
+	if err != nil {
+		if loop.ctx.Err() == nil {
+			loop.cfg.logger.Warn("stagehand: outbox sweep failed", "error", err)
+		}
+		return
+	}
+	if tag.RowsAffected() > 0 {
+		loop.cfg.logger.Debug("stagehand: outbox sweep promoted messages", "count", tag.RowsAffected())
+	}
+}
+
+// nextDue is when the earliest row that was not yet due at the claim at claimedAt falls due. Asking from the
+// claim's instant rather than from now keeps a row that fell due in between: it comes back already due, and the
+// claimer claims it at once instead of a poll later.
+func (loop *claimLoop) nextDue(claimedAt time.Time) (time.Time, bool) {
+	var next *time.Time
+	b := &pgx.Batch{}
+	b.Queue(loop.relay.o.q.nextDue, claimedAt, loop.topics)
+	if err := loop.db.exec(loop.ctx, b, func(res pgx.BatchResults) error {
+		return res.QueryRow().Scan(&next)
+	}); err != nil || next == nil {
+		return time.Time{}, false
+	}
+	// Compare on the outbox clock, wait on the real one.
+	return time.Now().Add(next.Sub(loop.relay.o.now())), true
+}

@@ -1,0 +1,214 @@
+package outbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// maxMark caps the rows of one mark statement, so a burst of acks cannot turn into one statement that holds up the
+// promotions it carries for long.
+const maxMark = 5000
+
+// marker collects acknowledged rows until they are marked sent. Whatever arrives while a mark statement runs goes
+// into the next one, so the database sees one statement per burst rather than one per message.
+type marker struct {
+	mu      sync.Mutex
+	acks    []*row
+	marking int // rows in the mark statement running now
+	arrived chan struct{}
+}
+
+func newMarker() *marker { return &marker{arrived: make(chan struct{}, 1)} }
+
+func (m *marker) add(rw *row) {
+	m.mu.Lock()
+	m.acks = append(m.acks, rw)
+	m.mu.Unlock()
+	signal(m.arrived)
+}
+
+// take takes up to maxMark acknowledged rows to mark.
+func (m *marker) take() []*row {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	batch := m.acks
+	if len(batch) > maxMark {
+		batch, m.acks = batch[:maxMark:maxMark], batch[maxMark:]
+	} else {
+		m.acks = nil
+	}
+	m.marking = len(batch)
+	return batch
+}
+
+// marked ends the mark statement of take's rows.
+func (m *marker) marked() {
+	m.mu.Lock()
+	m.marking = 0
+	m.mu.Unlock()
+}
+
+// idle reports whether no row waits for its mark.
+func (m *marker) idle() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return len(m.acks) == 0 && m.marking == 0
+}
+
+// markAcknowledged marks acknowledged rows sent until the workers have stopped and nothing is left to mark, and
+// retries the promotions that found a key's lock taken in between.
+func (loop *claimLoop) markAcknowledged() {
+	retry := time.NewTimer(time.Hour)
+	defer retry.Stop()
+	for {
+		if batch := loop.marks.take(); len(batch) > 0 {
+			if err := loop.mark(rowIDs(batch), endedRuns(batch)); errors.Is(err, ErrFenced) {
+				// logged by checkFence; the rows stay for the new leader
+			} else if err != nil {
+				loop.cfg.logger.Warn("stagehand: outbox could not mark messages sent; their leases will lapse and "+
+					"they will be published again", "count", len(batch), "error", err)
+			} else {
+				loop.moved.Add(int64(len(batch)))
+			}
+			loop.flight.forget(batch...)
+			loop.marks.marked()
+			signal(loop.flight.wake)
+			signal(loop.flight.room)
+			continue
+		}
+		if loop.retryPromotions() {
+			retry.Reset(20 * time.Millisecond)
+		}
+		select {
+		case <-loop.stopped:
+			if loop.marks.idle() {
+				return
+			}
+		case <-loop.marks.arrived:
+		case <-retry.C:
+		}
+	}
+}
+
+// endedRuns returns the distinct keys of the ordered rows that end their run, sorted.
+func endedRuns(rows []*row) []tenantKey {
+	var keys []tenantKey
+	for _, rw := range rows {
+		if rw.ordered() && rw.lastOfRun {
+			keys = append(keys, rw.key())
+		}
+	}
+	return sortedKeys(keys)
+}
+
+// mark moves acknowledged rows to the ledger and promotes the next message of keys, in one implicit transaction
+// (one round trip).
+func (loop *claimLoop) mark(batch []int64, keys []tenantKey) (err error) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(loop.ctx), 30*time.Second)
+	defer cancel()
+	if h := loop.cfg.hooks.Marked; h != nil {
+		start := time.Now()
+		defer func() { h(ctx, len(batch), time.Since(start), err) }()
+	}
+	now := loop.relay.o.now()
+	b := &pgx.Batch{}
+	b.Queue(loop.db.st.mark, loop.db.fenced(batch, loop.db.owner, now)...)
+	if len(keys) > 0 {
+		loop.relay.o.queuePromote(b, keys, now)
+	}
+	marked, err := loop.db.written(ctx, "mark sent", b, func(res pgx.BatchResults) error {
+		if len(keys) == 0 {
+			return nil
+		}
+		locked, err := lockedKeys(res, keys)
+		if err == nil {
+			loop.promos.later(keys, locked)
+		}
+		return err
+	})
+	if err != nil {
+		if errors.Is(err, ErrFenced) {
+			return err
+		}
+		return fmt.Errorf("outbox: mark sent: %w", err)
+	}
+	loop.tally.add(func(r *DrainResult) { r.Published += len(batch) })
+	if lost := len(batch) - int(marked); lost > 0 {
+		loop.cfg.logger.Debug("stagehand: outbox lost leases before marking; another relay will publish again",
+			"count", lost)
+	}
+	return nil
+}
+
+// retryPromotions promotes the keys whose promotion was skipped, and reports whether some are still waiting.
+func (loop *claimLoop) retryPromotions() bool {
+	keys := loop.promos.takeAll()
+	if len(keys) == 0 {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(loop.ctx), 30*time.Second)
+	defer cancel()
+	b := &pgx.Batch{}
+	loop.relay.o.queuePromote(b, keys, loop.relay.o.now())
+	var locked []tenantKey
+	err := loop.db.exec(ctx, b, func(res pgx.BatchResults) (err error) {
+		locked, err = lockedKeys(res, keys)
+		return err
+	})
+	if err != nil {
+		loop.cfg.logger.Debug("stagehand: outbox promotion failed; the sweep will retry", "error", err)
+		return false
+	}
+	loop.promos.later(keys, locked)
+	signal(loop.flight.wake)
+	return loop.promos.waiting() && loop.ctx.Err() == nil
+}
+
+// promoter keeps the keys whose promotion found their lock taken by a staging transaction (which may be parking a
+// message the promotion cannot see yet), to promote them again.
+type promoter struct {
+	mu   sync.Mutex
+	keys map[tenantKey]struct{}
+}
+
+// later remembers the keys that are not among locked.
+func (p *promoter) later(keys, locked []tenantKey) {
+	if len(locked) == len(keys) {
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.keys == nil {
+		p.keys = map[tenantKey]struct{}{}
+	}
+	for _, k := range keys {
+		if !slices.Contains(locked, k) {
+			p.keys[k] = struct{}{}
+		}
+	}
+}
+
+// takeAll returns the remembered keys, sorted, and forgets them.
+func (p *promoter) takeAll() []tenantKey {
+	p.mu.Lock()
+	keys := make([]tenantKey, 0, len(p.keys))
+	for k := range p.keys {
+		keys = append(keys, k)
+	}
+	p.keys = nil
+	p.mu.Unlock()
+	return sortedKeys(keys)
+}
+
+// waiting reports whether keys wait for a retry.
+func (p *promoter) waiting() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.keys) > 0
+}
