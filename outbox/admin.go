@@ -360,9 +360,7 @@ func (a *Admin) LastPublished(ctx context.Context, after time.Time) (time.Time, 
 		return time.Time{}, err
 	}
 	var last *time.Time
-	q := `SELECT max(sent_at) FROM ` + pgx.Identifier{a.o.schema, "outbox_sent"}.Sanitize() + `
-		WHERE sent_at > $1 AND outcome = 'sent' AND ($2::text IS NULL OR tenant_id = $2)`
-	if err := a.o.pool.QueryRow(ctx, q, after, a.tenant).Scan(&last); err != nil {
+	if err := a.o.pool.QueryRow(ctx, a.o.q.lastPublished, after, a.tenant).Scan(&last); err != nil {
 		return time.Time{}, fmt.Errorf("outbox: last published: %w", err)
 	}
 	if last == nil {
@@ -411,7 +409,7 @@ func (o *Outbox) AdvanceWatermark(ctx context.Context, name string, position int
 
 // RemoveWatermark unregisters a watermark, for a component that is retired for good.
 func (o *Outbox) RemoveWatermark(ctx context.Context, name string) error {
-	if _, err := o.pool.Exec(ctx, o.q.dropWM, name); err != nil {
+	if _, err := o.pool.Exec(ctx, o.q.dropWatermark, name); err != nil {
 		return fmt.Errorf("outbox: remove watermark %q: %w", name, err)
 	}
 	return nil
@@ -419,7 +417,7 @@ func (o *Outbox) RemoveWatermark(ctx context.Context, name string) error {
 
 // Watermarks lists the registered watermarks.
 func (o *Outbox) Watermarks(ctx context.Context) ([]Watermark, error) {
-	rows, err := o.pool.Query(ctx, o.q.wms)
+	rows, err := o.pool.Query(ctx, o.q.listWatermarks)
 	if err != nil {
 		return nil, fmt.Errorf("outbox: watermarks: %w", err)
 	}
@@ -559,7 +557,7 @@ func (a *Admin) DiscardInboxDeadLetter(ctx context.Context, handler, messageID s
 	if err := a.valid(); err != nil {
 		return err
 	}
-	tag, err := a.o.pool.Exec(ctx, a.o.q.inboxRm, messageID, handler, a.tenant)
+	tag, err := a.o.pool.Exec(ctx, a.o.q.inboxRemoveDead, messageID, handler, a.tenant)
 	if err != nil {
 		return fmt.Errorf("outbox: discard inbox dead letter: %w", err)
 	}

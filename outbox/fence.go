@@ -5,7 +5,7 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/jackc/pgx/v5"
+	"github.com/stagehand-es/stagehand/internal/lease"
 )
 
 // Errors of leader-elected (fenced) relays; see RelayConfig.LeaderElection.
@@ -74,24 +74,12 @@ func (r *Relay) checkFenceable(ctx context.Context) error {
 	if r.leases == nil || r.fenceChecked.Load() {
 		return nil
 	}
-	table := pgx.Identifier{r.o.schema, "leases"}.Sanitize()
-	var exists, canLock, readOnly bool
-	err := r.o.pool.QueryRow(ctx, `
-SELECT t IS NOT NULL,
-       t IS NOT NULL AND has_table_privilege(t, 'SELECT') AND has_table_privilege(t, 'UPDATE'),
-       pg_is_in_recovery() OR current_setting('transaction_read_only') = 'on'
-FROM (SELECT to_regclass($1) AS t) x`, table).Scan(&exists, &canLock, &readOnly)
+	reason, err := lease.Fenceable(ctx, r.o.pool, r.o.schema)
 	if err != nil {
 		return fmt.Errorf("outbox: checking that the relay can be fenced: %w", err)
 	}
-	bad := func(reason string) error { return &CannotFenceError{Lease: r.s.leader, Reason: reason} }
-	switch {
-	case !exists:
-		return bad(fmt.Sprintf("the leases table %s does not exist", table))
-	case !canLock:
-		return bad(fmt.Sprintf("the current role lacks SELECT and UPDATE on %s, needed to lock the fence", table))
-	case readOnly:
-		return bad("the database session is read-only (a hot standby, or default_transaction_read_only)")
+	if reason != "" {
+		return &CannotFenceError{Lease: r.s.leader, Reason: reason}
 	}
 	r.fenceChecked.Store(true)
 	return nil

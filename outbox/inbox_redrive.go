@@ -25,36 +25,6 @@ const (
 // redriveBatch is how many inbox dead letters one redrive transaction moves.
 const redriveBatch = 500
 
-// inboxRedriveSQL holds the statements of inbox dead-letter redrive and lookup.
-type inboxRedriveSQL struct {
-	get, take, unmark string
-}
-
-func newInboxRedriveSQL(schema string) inboxRedriveSQL {
-	dead := pgx.Identifier{schema, "inbox_dead_letters"}.Sanitize()
-	inbox := pgx.Identifier{schema, "inbox"}.Sanitize()
-	attempts := pgx.Identifier{schema, "inbox_attempts"}.Sanitize()
-	cols := `message_id, handler, tenant_id, message_type, topic, payload, metadata, attempts, last_error, dead_at`
-	return inboxRedriveSQL{
-		get: `SELECT ` + cols + ` FROM ` + dead + `
-WHERE message_id = $1 AND handler = $2 AND ($3::text IS NULL OR tenant_id = $3)
-ORDER BY tenant_id`,
-		// Takes (deletes and returns) up to $5 dead letters of the scope: of handler $2 when not NULL, with an ID in
-		// $3 when not NULL.
-		take: `DELETE FROM ` + dead + ` WHERE ctid = ANY (ARRAY(
-    SELECT ctid FROM ` + dead + `
-    WHERE ($1::text IS NULL OR tenant_id = $1) AND ($2::text IS NULL OR handler = $2)
-      AND ($3::text[] IS NULL OR message_id = ANY ($3::text[]))
-    ORDER BY dead_at LIMIT $4 FOR UPDATE SKIP LOCKED))
-RETURNING ` + cols,
-		// Forgets that the message was dead-lettered (never that it was handled), so its next delivery runs the
-		// handler; and its failed attempts, so it gets MaxAttempts again.
-		unmark: `WITH i AS (DELETE FROM ` + inbox + ` WHERE message_id = $1 AND handler = $2 AND tenant_id = $3
-    AND outcome = 'dead-lettered')
-DELETE FROM ` + attempts + ` WHERE message_id = $1 AND handler = $2 AND tenant_id = $3`,
-	}
-}
-
 // InboxDeadLetter returns the inbox dead letter of the scope for (handler, messageID), or an error matching
 // ErrNotFound. Estate-wide, when several tenants have a dead letter with that ID and handler, the first tenant's
 // (by name) is returned.
@@ -62,7 +32,7 @@ func (a *Admin) InboxDeadLetter(ctx context.Context, handler, messageID string) 
 	if err := a.valid(); err != nil {
 		return InboxDeadLetter{}, err
 	}
-	rows, err := a.o.pool.Query(ctx, newInboxRedriveSQL(a.o.schema).get, messageID, handler, a.tenant)
+	rows, err := a.o.pool.Query(ctx, a.o.q.inboxDeadGet, messageID, handler, a.tenant)
 	if err != nil {
 		return InboxDeadLetter{}, fmt.Errorf("outbox: inbox dead letter: %w", err)
 	}
@@ -127,7 +97,6 @@ func (a *Admin) RedriveInboxDeadLetters(ctx context.Context, f InboxRedriveFilte
 	if err := a.valid(); err != nil {
 		return 0, err
 	}
-	q := newInboxRedriveSQL(a.o.schema)
 	var handler *string
 	if f.Handler != "" {
 		handler = &f.Handler
@@ -143,7 +112,7 @@ func (a *Admin) RedriveInboxDeadLetters(ctx context.Context, f InboxRedriveFilte
 	for {
 		n := 0
 		err := pgx.BeginFunc(ctx, a.o.pool, func(tx pgx.Tx) error {
-			rows, err := tx.Query(ctx, q.take, a.tenant, handler, ids, redriveBatch)
+			rows, err := tx.Query(ctx, a.o.q.inboxDeadTake, a.tenant, handler, ids, redriveBatch)
 			if err != nil {
 				return err
 			}
@@ -154,7 +123,7 @@ func (a *Admin) RedriveInboxDeadLetters(ctx context.Context, f InboxRedriveFilte
 			msgs := make([]Message, 0, len(dls))
 			b := &pgx.Batch{}
 			for _, d := range dls {
-				b.Queue(q.unmark, d.MessageID, d.Handler, d.Tenant)
+				b.Queue(a.o.q.inboxUnmark, d.MessageID, d.Handler, d.Tenant)
 				if d.Topic == "" {
 					d.Topic = f.Topic
 				}

@@ -178,7 +178,7 @@ func (o *Outbox) NewMaintainer(cfg *MaintenanceConfig) (*Maintainer, error) {
 	if strings.TrimSpace(host) == "" {
 		host = "stagehand"
 	}
-	m := &Maintainer{o: o, c: c, owner: newLeaseOwner(host + "/maintenance"), st: newMaintenanceSQL(&o.q),
+	m := &Maintainer{o: o, c: c, owner: newLeaseOwner(host + "/maintenance"), st: o.q.maintenance,
 		logger: c.Logger}
 	m.leases, err = lease.New(o.pool, &lease.Config{Schema: o.schema, Owner: m.owner, TTL: c.LeaseTTL,
 		AcquireInterval: min(c.Interval, c.LeaseTTL), Logger: c.Logger})
@@ -326,7 +326,7 @@ func (a *Admin) Maintenance(ctx context.Context) (st MaintenanceStatus, ok bool,
 	var secs float64
 	var finished *time.Time
 	r := &st.Removed
-	err = a.o.pool.QueryRow(ctx, newMaintenanceSQL(&a.o.q).status).Scan(&st.Owner, &secs, &st.StartedAt, &finished,
+	err = a.o.pool.QueryRow(ctx, a.o.q.maintenance.status).Scan(&st.Owner, &secs, &st.StartedAt, &finished,
 		&st.LastError, &r.SentRemoved, &r.InboxRemoved, &r.InboxAttemptsRemoved, &r.DeadLettersExpired,
 		&r.InboxDeadLettersExpired, &st.Passes)
 	if errors.Is(err, pgx.ErrNoRows) {
@@ -341,58 +341,6 @@ func (a *Admin) Maintenance(ctx context.Context) (st MaintenanceStatus, ok bool,
 		st.FinishedAt = finished.UTC()
 	}
 	return st, true, nil
-}
-
-// maintenanceSQL holds the maintainer's statements. Each DELETE takes one batch ($1 the cutoff, $2 the batch size)
-// by ctid through an index-ordered sub-select, so a pass never holds many row locks at once.
-type maintenanceSQL struct {
-	lastStart, begin, finish, status                        string
-	expireDead, expireInboxDead, sent, inbox, inboxAttempts string
-}
-
-func newMaintenanceSQL(q *queries) maintenanceSQL {
-	maint := pgx.Identifier{q.schema, "outbox_maintenance"}.Sanitize()
-	return maintenanceSQL{
-		lastStart: `SELECT started_at FROM ` + maint,
-		begin: `INSERT INTO ` + maint + ` (owner, interval_seconds, started_at) VALUES ($1, $2, $3)
-ON CONFLICT (id) DO UPDATE SET owner = EXCLUDED.owner, interval_seconds = EXCLUDED.interval_seconds,
-    started_at = EXCLUDED.started_at, finished_at = NULL`,
-		finish: `UPDATE ` + maint + ` SET finished_at = $1, last_error = $2, sent_removed = $3, inbox_removed = $4,
-    inbox_attempts_removed = $5, dead_letters_expired = $6, inbox_dead_expired = $7, passes = passes + 1`,
-		status: `SELECT owner, interval_seconds, started_at, finished_at, last_error, sent_removed, inbox_removed,
-    inbox_attempts_removed, dead_letters_expired, inbox_dead_expired, passes FROM ` + maint,
-		// Outbox dead letters older than the cutoff that do not hold their key, discarded as Admin.Discard does:
-		// their identity stays in the ledger ($3 the time of the discard).
-		expireDead: q.expand(`
-WITH gone AS (
-    DELETE FROM {dead} WHERE ctid = ANY (ARRAY(
-        SELECT ctid FROM {dead} WHERE dead_at < $1 AND NOT holds_key LIMIT $2 FOR UPDATE SKIP LOCKED))
-    RETURNING *
-)
-INSERT INTO {sent} (message_id, tenant_id, topic, message_type, source_position, attempts, created_at, sent_at,
-    outcome)
-SELECT message_id, tenant_id, topic, message_type, source_position, attempts, created_at, $3, 'discarded'
-FROM gone
-ON CONFLICT (message_id, topic, tenant_id) DO NOTHING`),
-		expireInboxDead: q.expand(`
-DELETE FROM {inbox_dead} WHERE ctid = ANY (ARRAY(
-    SELECT ctid FROM {inbox_dead} WHERE dead_at < $1 LIMIT $2 FOR UPDATE SKIP LOCKED))`),
-		sent: q.expand(`
-DELETE FROM {sent} WHERE ctid = ANY (ARRAY(
-    SELECT s.ctid FROM {sent} s, (SELECT min(position) AS position FROM {watermarks}) low
-    WHERE s.sent_at < $1
-      AND (s.source_position IS NULL OR low.position IS NULL OR s.source_position < low.position)
-    LIMIT $2))`),
-		inbox: q.expand(`
-DELETE FROM {inbox} WHERE ctid = ANY (ARRAY(
-    SELECT i.ctid FROM {inbox} i WHERE i.processed_at < $1
-      AND NOT EXISTS (SELECT 1 FROM {inbox_dead} d
-                      WHERE d.message_id = i.message_id AND d.handler = i.handler AND d.tenant_id = i.tenant_id)
-    LIMIT $2))`),
-		inboxAttempts: q.expand(`
-DELETE FROM {inbox_attempts} WHERE ctid = ANY (ARRAY(
-    SELECT ctid FROM {inbox_attempts} WHERE last_failed_at < $1 LIMIT $2 FOR UPDATE SKIP LOCKED))`),
-	}
 }
 
 // relayMaintenance runs a relay's maintainer while at least one of its subscriptions is live.

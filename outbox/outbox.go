@@ -101,6 +101,10 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Outbox, error) {
 	if c.PartitionKey == nil {
 		c.PartitionKey = DefaultPartitionKey
 	}
+	q, err := newQueries(c.Schema)
+	if err != nil {
+		return nil, err
+	}
 	o := &Outbox{
 		pool:         pool,
 		schema:       c.Schema,
@@ -108,7 +112,7 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Outbox, error) {
 		clock:        c.Clock,
 		partitionKey: c.PartitionKey,
 		channel:      pgnotify.Channel(c.Schema, "outbox"),
-		q:            newQueries(c.Schema),
+		q:            q,
 		tp:           c.TracerProvider,
 		mp:           c.MeterProvider,
 		staged: telemetry.Int64Counter(telemetry.Meter(c.MeterProvider), telemetry.MetricMessagesStaged,

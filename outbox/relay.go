@@ -56,7 +56,9 @@ func (o *Outbox) NewRelay(cfg *RelayConfig) (*Relay, error) {
 		return nil, err
 	}
 	r := &Relay{o: o, s: s, owner: newLeaseOwner(s.processorID), groups: map[*group]struct{}{}}
-	r.st = o.q.relay(s.leader != "", s.partitions > 1, s.partitionBy)
+	if r.st, err = o.q.relay(s.leader != "", s.partitions > 1, s.partitionBy); err != nil {
+		return nil, err
+	}
 	if s.leader != "" {
 		r.leases, err = lease.New(o.pool, &lease.Config{Schema: o.schema, Owner: r.owner, TTL: s.leaderTTL,
 			AcquireInterval: min(time.Second, s.leaderTTL/3), Logger: s.logger})

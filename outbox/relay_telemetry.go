@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/metric"
@@ -116,16 +115,7 @@ func (t *relayTelemetry) gauges(ctx context.Context) (gaugeValues, error) {
 	now := o.now()
 	var g gaugeValues
 	var oldest *time.Time
-	err := o.pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE o.scheduled_at IS NULL OR o.scheduled_at <= $1),
-    min(coalesce(o.scheduled_at, o.created_at)) FILTER (WHERE o.scheduled_at IS NULL OR o.scheduled_at <= $1),
-    count(*) FILTER (WHERE o.next_attempt_at = 'infinity' AND coalesce(h.seq >= o.seq, true)),
-    count(*) FILTER (WHERE o.next_attempt_at = 'infinity' AND h.seq < o.seq)
-FROM `+o.q.tableOutbox+` o
-LEFT JOIN LATERAL (
-    SELECT d.seq FROM `+pgx.Identifier{o.schema, "outbox_dead_letters"}.Sanitize()+` d
-    WHERE o.next_attempt_at = 'infinity' AND d.holds_key AND d.tenant_id = o.tenant_id
-      AND d.partition_key = o.partition_key
-    ORDER BY d.seq LIMIT 1) h ON true`, now).Scan(&g.pending, &oldest, &g.waiting, &g.held)
+	err := o.pool.QueryRow(ctx, o.q.gauges, now).Scan(&g.pending, &oldest, &g.waiting, &g.held)
 	if err != nil {
 		return gaugeValues{}, fmt.Errorf("outbox: outbox gauges: %w", err)
 	}

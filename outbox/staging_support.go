@@ -16,8 +16,7 @@ func (o *Outbox) Pool() *pgxpool.Pool { return o.pool }
 // so the component owning it cannot advance past a message being staged in that transaction, and cleanup keeps
 // the message's ID. ok is false when no such watermark is registered.
 func (o *Outbox) WatermarkTx(ctx context.Context, db DB, name string) (position int64, ok bool, err error) {
-	err = db.QueryRow(ctx, `SELECT position FROM `+pgx.Identifier{o.schema, "outbox_watermarks"}.Sanitize()+
-		` WHERE name = $1 FOR SHARE`, name).Scan(&position)
+	err = db.QueryRow(ctx, o.q.watermarkForShare, name).Scan(&position)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return 0, false, nil
 	}

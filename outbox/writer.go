@@ -139,7 +139,9 @@ func (o *Outbox) QueueStage(ctx context.Context, b *pgx.Batch, opts *StageOption
 	}
 	st := o.q.staging
 	if opt.Source != nil {
-		st = o.sourcedStatements(opt.Source.Schema)
+		if st, err = o.sourcedStatements(opt.Source.Schema); err != nil {
+			return nil, err
+		}
 		if len(a.ids) == 1 {
 			a.one[10] = opt.Source.LastEventID
 		} else {
@@ -194,12 +196,16 @@ func (o *Outbox) QueueStage(ctx context.Context, b *pgx.Batch, opts *StageOption
 
 // sourcedStatements returns the staging statements that take source positions from the events table in schema
 // (StageOptions.Source), expanded once per schema.
-func (o *Outbox) sourcedStatements(schema string) stagingStatements {
+func (o *Outbox) sourcedStatements(schema string) (stagingStatements, error) {
 	if st, ok := o.sourced.Load(schema); ok {
-		return st.(stagingStatements)
+		return st.(stagingStatements), nil
 	}
-	st, _ := o.sourced.LoadOrStore(schema, o.q.stagingStatements(schema))
-	return st.(stagingStatements)
+	st, err := o.q.stagingStatements(schema)
+	if err != nil {
+		return stagingStatements{}, err
+	}
+	cached, _ := o.sourced.LoadOrStore(schema, st)
+	return cached.(stagingStatements), nil
 }
 
 type stageArgs struct {

@@ -6,12 +6,12 @@ import (
 	"fmt"
 	"sync"
 
-	"github.com/jackc/pgx/v5"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/stagehand-es/stagehand/eventstore"
+	"github.com/stagehand-es/stagehand/internal/logfollow"
 	"github.com/stagehand-es/stagehand/internal/telemetry"
 )
 
@@ -54,23 +54,8 @@ func (p *Projection) instrument() error {
 // checkpoints, one for the head of the log, and one more per checkpoint behind it, for its time lag. A checkpoint
 // that does not exist yet (the projection never ran) is at position 0.
 func (p *Projection) observeLag(ctx context.Context, o metric.Observer) error {
-	positions := make(map[string]int64, len(p.followers))
-	rows, err := p.pool.Query(ctx, `SELECT name, position FROM `+
-		pgx.Identifier{p.cfg.Schema, "checkpoints"}.Sanitize()+` WHERE reset_group = $1 AND kind = $2`,
-		p.cfg.Name, kind)
+	positions, err := logfollow.Positions(ctx, p.pool, p.cfg.Schema, kind, p.cfg.Name)
 	if err != nil {
-		return fmt.Errorf("projection %s: lag: %w", p.cfg.Name, err)
-	}
-	for rows.Next() {
-		var name string
-		var pos int64
-		if err := rows.Scan(&name, &pos); err != nil {
-			rows.Close()
-			return fmt.Errorf("projection %s: lag: %w", p.cfg.Name, err)
-		}
-		positions[name] = pos
-	}
-	if err := rows.Err(); err != nil {
 		return fmt.Errorf("projection %s: lag: %w", p.cfg.Name, err)
 	}
 	head, err := p.store.HeadPosition(ctx)

@@ -248,8 +248,40 @@ func CheckTx(ctx context.Context, tx DB, schema string, l Lease) error {
 // write (UPDATE ... FROM fence), and when the write matches no row call CheckTx to tell a fenced-out writer from
 // another cause.
 func FenceCTE(schema string, l Lease, firstArg int) (string, []any) {
-	return fmt.Sprintf(`fence AS (SELECT 1 FROM %s WHERE name = $%d AND owner = $%d AND token = $%d FOR SHARE)`,
-		pgx.Identifier{schema, "leases"}.Sanitize(), firstArg, firstArg+1, firstArg+2), []any{l.Name, l.Owner, l.Token}
+	return strings.ReplaceAll(FenceTemplate(firstArg), "{leases}", pgx.Identifier{schema, "leases"}.Sanitize()),
+		[]any{l.Name, l.Owner, l.Token}
+}
+
+// FenceTemplate is FenceCTE's WITH item as template text, for a caller that writes its statements out itself
+// (package sqlfile): the leases table is the marker {leases}.
+func FenceTemplate(firstArg int) string {
+	return fmt.Sprintf(`fence AS (SELECT 1 FROM {leases} WHERE name = $%d AND owner = $%d AND token = $%d FOR SHARE)`,
+		firstArg, firstArg+1, firstArg+2)
+}
+
+// Fenceable says why the current session could not fence writes with the leases of schema: the leases table is
+// missing (the migrations were not run), the role cannot lock its rows (FOR SHARE needs SELECT and UPDATE), or the
+// session is read-only (a hot standby, or default_transaction_read_only), where no lease can be taken. "" when it
+// can.
+func Fenceable(ctx context.Context, db DB, schema string) (string, error) {
+	table := pgx.Identifier{schema, "leases"}.Sanitize()
+	var exists, canLock, readOnly bool
+	err := db.QueryRow(ctx, `
+SELECT t IS NOT NULL,
+       t IS NOT NULL AND has_table_privilege(t, 'SELECT') AND has_table_privilege(t, 'UPDATE'),
+       pg_is_in_recovery() OR current_setting('transaction_read_only') = 'on'
+FROM (SELECT to_regclass($1) AS t) x`, table).Scan(&exists, &canLock, &readOnly)
+	switch {
+	case err != nil:
+		return "", err
+	case !exists:
+		return fmt.Sprintf("the leases table %s does not exist", table), nil
+	case !canLock:
+		return fmt.Sprintf("the current role lacks SELECT and UPDATE on %s, needed to lock the fence", table), nil
+	case readOnly:
+		return "the database session is read-only (a hot standby, or default_transaction_read_only)", nil
+	}
+	return "", nil
 }
 
 // CheckTx is the package-level CheckTx in the Manager's schema.

@@ -54,13 +54,21 @@ type DB = lease.DB
 // List returns the checkpoints of kind ("" for all), by name, read from the database (not from in-process state),
 // so a CLI or a health check in another process sees every follower.
 func List(ctx context.Context, db DB, schema, kind string) ([]Checkpoint, error) {
+	// The leases are the lease package's; read first, so a follower that takes its lease while the checkpoints
+	// are read is at worst shown stopped, never running without one.
+	leases, err := lease.List(ctx, db, schema, LeasePrefix)
+	if err != nil {
+		return nil, fmt.Errorf("list checkpoints: %w", err)
+	}
+	byName := make(map[string]lease.Info, len(leases))
+	for _, l := range leases {
+		byName[l.Name] = l
+	}
 	rows, err := db.Query(ctx, `SELECT c.name, c.kind, c.reset_group, c.filter, c.position, c.state,
 			coalesce(c.last_error, ''), c.last_error_at, coalesce(c.failing_position, 0), c.attempts,
-			c.reset_requested, c.last_event_at, c.updated_at, coalesce(l.owner, ''), coalesce(l.token, 0),
-			coalesce(l.expires_at > now(), false)
+			c.reset_requested, c.last_event_at, c.updated_at
 		FROM `+pgx.Identifier{schema, "checkpoints"}.Sanitize()+` c
-		LEFT JOIN `+pgx.Identifier{schema, "leases"}.Sanitize()+` l ON l.name = $2 || c.name
-		WHERE $1 = '' OR c.kind = $1 ORDER BY c.name`, kind, LeasePrefix)
+		WHERE $1 = '' OR c.kind = $1 ORDER BY c.name`, kind)
 	if err != nil {
 		return nil, fmt.Errorf("list checkpoints: %w", err)
 	}
@@ -69,7 +77,10 @@ func List(ctx context.Context, db DB, schema, kind string) ([]Checkpoint, error)
 		var state string
 		var errAt, evAt *time.Time
 		err := r.Scan(&c.Name, &c.Kind, &c.ResetGroup, &c.Filter, &c.Position, &state, &c.LastError, &errAt,
-			&c.FailingPosition, &c.Attempts, &c.ResetRequested, &evAt, &c.UpdatedAt, &c.Owner, &c.Token, &c.Held)
+			&c.FailingPosition, &c.Attempts, &c.ResetRequested, &evAt, &c.UpdatedAt)
+		if l, ok := byName[LeasePrefix+c.Name]; ok {
+			c.Owner, c.Token, c.Held = l.Owner, l.Token, l.Held
+		}
 		if errAt != nil {
 			c.LastErrorAt = errAt.UTC()
 		}
@@ -89,6 +100,30 @@ func List(ctx context.Context, db DB, schema, kind string) ([]Checkpoint, error)
 	})
 	if err != nil {
 		return nil, fmt.Errorf("list checkpoints: %w", err)
+	}
+	return out, nil
+}
+
+// Positions returns the checkpoint positions of a reset group's followers of kind, by name: what a lag gauge
+// reads. A follower that never ran has none.
+func Positions(ctx context.Context, db DB, schema, kind, group string) (map[string]int64, error) {
+	rows, err := db.Query(ctx, `SELECT name, position FROM `+pgx.Identifier{schema, "checkpoints"}.Sanitize()+
+		` WHERE reset_group = $1 AND kind = $2`, group, kind)
+	if err != nil {
+		return nil, fmt.Errorf("checkpoint positions: %w", err)
+	}
+	out := map[string]int64{}
+	for rows.Next() {
+		var name string
+		var pos int64
+		if err := rows.Scan(&name, &pos); err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("checkpoint positions: %w", err)
+		}
+		out[name] = pos
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("checkpoint positions: %w", err)
 	}
 	return out, nil
 }
