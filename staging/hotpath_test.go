@@ -79,6 +79,12 @@ func TestHotStatementsAreNotReplanned(t *testing.T) {
 	pool, schema := pgtest.MigratedOn(t, url)
 	ctx := context.Background()
 	pgtest.Exec(t, pool, `CREATE EXTENSION IF NOT EXISTS pg_stat_statements`)
+	// The maintenance cycles counted are the relay's own (its vacuums, below). Autovacuum and autoanalyze, which
+	// also invalidate plans, run when the server's schedule says, more or less often with the machine's load: off
+	// for these tables, so the count does not depend on how busy the machine is.
+	for _, table := range []string{"events", "outbox", "outbox_sent", "outbox_dead_letters"} {
+		pgtest.Exec(t, pool, `ALTER TABLE `+pgtest.Q(schema, table)+` SET (autovacuum_enabled = off)`)
+	}
 	e := setupOn(t, pool, schema)
 	e.m = singleMapping(e.reg)
 	r, st := e.repo(e.store, &Config{Strategy: Transactional, Outbox: e.outbox})
@@ -222,35 +228,45 @@ func TestSaveStaysWithinFastPathLocks(t *testing.T) {
 		o := r.New(fmt.Sprintf("locks-%d", events))
 		aggregate.Raise(o, OrderPlaced{Total: 1})
 		require.NoError(t, r.Save(ctx, o)) // the outbox has a pending row and the key a message: probes hit
-		saveTx := func(inspect func(tx pgx.Tx)) {
+		// saveTx saves on a transaction of the pool's one connection, counts the relations it locked, and rolls
+		// back (also when the test fails: the pool could not close while the transaction holds the connection).
+		saveTx := func() (relations, slow int64) {
 			tx, err := pool.Begin(ctx)
 			require.NoError(t, err)
+			defer func() { _ = tx.Rollback(ctx) }()
 			if events == 1 {
 				aggregate.Raise(o, OrderPlaced{Total: 1})
 			} else {
 				o.Place(1)
 			}
 			require.NoError(t, r.SaveTx(ctx, tx, o))
-			inspect(tx)
-			require.NoError(t, tx.Rollback(ctx))
-			loaded, err := r.Load(ctx, o.ID()) // the rolled-back save left o ahead of its stream
-			require.NoError(t, err)
-			*o = *loaded
-		}
-		for range 6 { // past PostgreSQL's custom plans
-			saveTx(func(pgx.Tx) {})
-		}
-		saveTx(func(tx pgx.Tx) {
-			var relations, slow int64
 			require.NoError(t, tx.QueryRow(ctx, `SELECT count(DISTINCT relation),
 				count(*) FILTER (WHERE NOT fastpath) FROM pg_locks
 				WHERE pid = pg_backend_pid() AND locktype = 'relation' AND relation <> 'pg_locks'::regclass`).
 				Scan(&relations, &slow))
-			t.Logf("save of %d event(s): %d relations locked, %d locks outside the fast path", events, relations,
-				slow)
-			require.Zero(t, slow, "a save of %d event(s) took %d relation locks, %d outside the fast path", events,
-				relations, slow)
-			require.LessOrEqual(t, relations, int64(16))
-		})
+			require.NoError(t, tx.Rollback(ctx))
+			loaded, err := r.Load(ctx, o.ID()) // the rolled-back save left o ahead of its stream
+			require.NoError(t, err)
+			*o = *loaded
+			return relations, slow
+		}
+		for range 6 { // past PostgreSQL's custom plans
+			saveTx()
+		}
+		// A save that plans (the first on a connection, or the first after a vacuum or an analyze of a table it
+		// writes invalidated its plans) locks every index of the tables it reads while planning; the steady state
+		// is a save that runs cached plans. Autovacuum may invalidate them at any moment, so a few tries are allowed
+		// for one save of the steady state.
+		var relations, slow int64
+		for try := range 5 {
+			if relations, slow = saveTx(); slow == 0 {
+				break
+			}
+			t.Logf("try %d: %d locks outside the fast path (the save planned)", try+1, slow)
+		}
+		t.Logf("save of %d event(s): %d relations locked, %d locks outside the fast path", events, relations, slow)
+		require.Zero(t, slow, "a save of %d event(s) took %d relation locks, %d outside the fast path", events,
+			relations, slow)
+		require.LessOrEqual(t, relations, int64(16))
 	}
 }
