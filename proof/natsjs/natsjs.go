@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/url"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -21,14 +22,44 @@ import (
 // dir, its log lines sent to logger, and waits until it accepts connections. Starting it again on the same port
 // and dir is a broker restart: streams and durable consumers survive.
 func Start(name string, port int, dir string, logger *slog.Logger) (*server.Server, error) {
-	srv, err := server.NewServer(&server.Options{
-		ServerName: name,
+	return StartNode(Node{Name: name, Port: port, Dir: dir}, logger)
+}
+
+// Node is one server of a NATS JetStream cluster (or a single server, when Cluster is empty).
+type Node struct {
+	// Name is the server's name, unique in the cluster.
+	Name string
+	// Port is the client port on 127.0.0.1 (server.RANDOM_PORT for any free port).
+	Port int
+	// Dir is the JetStream store directory.
+	Dir string
+	// Cluster is the cluster's name; empty for a single server.
+	Cluster string
+	// ClusterPort is this server's route port on 127.0.0.1, Routes the route ports of every server of the
+	// cluster (this one's included: a server ignores a route to itself).
+	ClusterPort int
+	Routes      []int
+}
+
+// StartNode starts the server n describes, its log lines sent to logger, and waits until it accepts client
+// connections (a cluster's JetStream becomes available once a quorum of its servers runs and has elected a meta
+// leader). Starting it again on the same ports and directory is a restart of that node.
+func StartNode(n Node, logger *slog.Logger) (*server.Server, error) {
+	opts := &server.Options{
+		ServerName: n.Name,
 		Host:       "127.0.0.1",
-		Port:       port,
+		Port:       n.Port,
 		JetStream:  true,
-		StoreDir:   dir,
+		StoreDir:   n.Dir,
 		NoSigs:     true,
-	})
+	}
+	if n.Cluster != "" {
+		opts.Cluster = server.ClusterOpts{Name: n.Cluster, Host: "127.0.0.1", Port: n.ClusterPort}
+		for _, p := range n.Routes {
+			opts.Routes = append(opts.Routes, &url.URL{Scheme: "nats", Host: fmt.Sprintf("127.0.0.1:%d", p)})
+		}
+	}
+	srv, err := server.NewServer(opts)
 	if err != nil {
 		return nil, fmt.Errorf("natsjs: %w", err)
 	}
