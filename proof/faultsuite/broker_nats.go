@@ -336,7 +336,17 @@ func (b *natsBroker) readStored(ctx context.Context, fn func(storedCopy) error) 
 		return fmt.Errorf("faultsuite: the stream starts at sequence %d: messages were removed from it",
 			info.State.FirstSeq)
 	}
-	cons, err := stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{DeliverPolicy: jetstream.DeliverAllPolicy})
+	var cons jetstream.Consumer
+	for attempt := 0; ; attempt++ { // a cluster whose nodes just came back answers 503 for a moment
+		cons, err = stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{
+			DeliverPolicy: jetstream.DeliverAllPolicy})
+		if err == nil || !natsjs.Unavailable(err) || attempt == 100 {
+			break
+		}
+		if err := sleep(ctx, 200*time.Millisecond); err != nil {
+			return err
+		}
+	}
 	if err != nil {
 		return fmt.Errorf("faultsuite: nats: ordered consumer: %w", err)
 	}

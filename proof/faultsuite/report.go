@@ -146,6 +146,9 @@ func (r *Report) Check() error {
 		fail("broker fault injected %d times for %s, want once for at least %s", r.BrokerStops, r.BrokerOutage,
 			c.BrokerOutage)
 	}
+	if c.BrokerOutage > 0 && c.Broker == BrokerNATSCluster && r.BrokerLeaderless <= 0 {
+		fail("the stream never went without a leader: the cluster's fault did not hit its leader")
+	}
 	if c.BrokerOutage > 0 && r.UnreachableDeliveries == 0 {
 		fail("no relay ever found the broker unreachable: the outage did not reach the relays")
 	}

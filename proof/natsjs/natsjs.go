@@ -1,7 +1,3 @@
-// Package natsjs is the embedded NATS JetStream server and the error classification that stagehand's fault suite
-// and end-to-end benchmarks share: one place that starts a server for them, routes its log to a *slog.Logger, and
-// tells the relay which NATS client errors mean "broker unreachable". (examples/orders keeps its own copy on
-// purpose: an example is read on its own.)
 package natsjs
 
 import (
@@ -14,6 +10,7 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/stagehand-es/stagehand/outbox"
 )
@@ -74,21 +71,30 @@ func StartNode(n Node, logger *slog.Logger) (*server.Server, error) {
 }
 
 // Unavailable is an outbox.RelayConfig.IsBrokerUnavailable for NATS: besides what outbox.BrokerUnavailable knows,
-// the NATS client's errors for a server it cannot reach, and JetStream answering "unavailable" (503) while it
-// recovers its streams after a restart. The relay then pauses without counting an attempt against the message.
+// the NATS client's errors for a server it cannot reach, a stream that answers no publish (a cluster whose stream
+// has no leader: it lost its leader and has not elected another, or lost its quorum; JetStream then has no one
+// subscribed to the stream's subjects and the client reports "no response from stream"), and JetStream answering
+// "unavailable" (503) while it recovers its streams after a restart; for the legacy JetStream API (nats.go's
+// JetStreamContext, which watermill-nats uses) and the jetstream package alike. The relay then pauses without
+// counting an attempt against the message.
 func Unavailable(err error) bool {
 	if outbox.BrokerUnavailable(err) {
 		return true
 	}
 	for _, target := range []error{nats.ErrNoServers, nats.ErrConnectionClosed, nats.ErrConnectionReconnecting,
 		nats.ErrDisconnected, nats.ErrNoResponders, nats.ErrNoStreamResponse, nats.ErrTimeout,
-		nats.ErrReconnectBufExceeded, nats.ErrJetStreamNotEnabled, context.DeadlineExceeded} {
+		nats.ErrReconnectBufExceeded, nats.ErrJetStreamNotEnabled, jetstream.ErrNoStreamResponse,
+		jetstream.ErrJetStreamNotEnabled, context.DeadlineExceeded} {
 		if errors.Is(err, target) {
 			return true
 		}
 	}
 	var api *nats.APIError
-	return errors.As(err, &api) && api.Code == 503
+	if errors.As(err, &api) && api.Code == 503 {
+		return true
+	}
+	var jsAPI *jetstream.APIError
+	return errors.As(err, &jsAPI) && jsAPI.Code == 503
 }
 
 // serverLogger sends the embedded server's log lines to a *slog.Logger.
