@@ -274,9 +274,9 @@ func connect(ctx context.Context, url string) (*pgxpool.Pool, error) {
 
 // faultLog records the faults injected by injectFaults. Read it through snapshot while injectFaults may run.
 type faultLog struct {
-	mu          sync.Mutex
-	pgRestarts  []time.Duration // how long each restart kept PostgreSQL away
-	pgLastEnd   time.Time
+	mu               sync.Mutex
+	pgRestarts       []time.Duration // how long each restart kept PostgreSQL away
+	pgLastEnd        time.Time
 	brokerStops      int
 	brokerWhat       string
 	brokerDown       time.Duration // from the kill to the node's readiness again
