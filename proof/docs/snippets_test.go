@@ -112,6 +112,8 @@ var snippetImports = map[string]string{
 	"pgx":           "github.com/jackc/pgx/v5",
 	"pgxpool":       "github.com/jackc/pgx/v5/pgxpool",
 	"nats":          "github.com/nats-io/nats.go",
+	"jetstream":     "github.com/nats-io/nats.go/jetstream",
+	"amqp":          "github.com/rabbitmq/amqp091-go",
 	"trace":         "go.opentelemetry.io/otel/trace",
 	"metric":        "go.opentelemetry.io/otel/metric",
 	"context":       "context",

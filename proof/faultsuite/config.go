@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"os"
+	"slices"
 	"strings"
 	"time"
 )
@@ -17,6 +18,11 @@ const EnvSize = "STAGEHAND_FAULTS"
 type Config struct {
 	// Name is the size's name, printed in the report.
 	Name string
+	// Broker is the broker the messages go through: BrokerNATS (the default), BrokerNATSCluster or BrokerRabbitMQ.
+	Broker string
+	// Partitions is the number of topics the messages are spread over by a hash of their key, each consumed one
+	// message at a time so that each key's order reaches the handler. Default 8.
+	Partitions int
 	// Messages are produced by saving Keys aggregates (one partition key each) Messages/Keys events each, one
 	// message per event. Messages must be a multiple of Keys.
 	Messages, Keys int
@@ -34,8 +40,8 @@ type Config struct {
 	MinKills int
 	// PostgresRestarts happen at these fractions of ProduceFor (pg_ctl restart -m fast).
 	PostgresRestarts []float64
-	// BrokerStopAt (a fraction of ProduceFor) is when the NATS server is shut down, for BrokerOutage, then started
-	// again on the same port and store directory.
+	// BrokerStopAt (a fraction of ProduceFor) is when the broker's fault begins: a node killed with SIGKILL (the
+	// only one, or a cluster's stream leader), started again on the same ports and store BrokerOutage later.
 	BrokerStopAt float64
 	BrokerOutage time.Duration
 	// RejectRate is the fraction of publishes each relay process's destination rejects (an error that is not
@@ -134,6 +140,10 @@ func (c *Config) validate() error {
 		return fmt.Errorf("faultsuite: RejectRate and RedeliverRate must be in [0, 1)")
 	case c.BrokerStopAt < 0 || c.BrokerStopAt >= 1:
 		return fmt.Errorf("faultsuite: BrokerStopAt must be in [0, 1)")
+	case c.Broker != "" && !slices.Contains(Brokers(), c.Broker):
+		return fmt.Errorf("faultsuite: Broker %q: want one of %s", c.Broker, strings.Join(Brokers(), ", "))
+	case c.Partitions < 0 || c.Partitions > 100:
+		return fmt.Errorf("faultsuite: Partitions must be between 1 and 100 (0: 8), got %d", c.Partitions)
 	case len(c.ChildCommand) == 0:
 		return fmt.Errorf("faultsuite: ChildCommand is required (the test binary re-executed as a relay process)")
 	case c.DeadLetterOdds() > 1e-6:
@@ -147,6 +157,12 @@ func (c *Config) validate() error {
 	}
 	if c.Seed == 0 {
 		c.Seed = rand.Uint64()
+	}
+	if c.Broker == "" {
+		c.Broker = BrokerNATS
+	}
+	if c.Partitions == 0 {
+		c.Partitions = 8
 	}
 	if c.ProduceTimeout == 0 {
 		c.ProduceTimeout = 3 * c.ProduceFor

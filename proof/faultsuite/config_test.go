@@ -27,6 +27,7 @@ func TestConfigErrorsNameTheField(t *testing.T) {
 		{func(c *faultsuite.Config) { c.ChildCommand = nil }, "ChildCommand is required"},
 		{func(c *faultsuite.Config) { c.MaxRetryCount = 2 }, "MaxRetryCount 2 is too low"},
 		{func(c *faultsuite.Config) { c.PostgresRestarts = []float64{1.5} }, "PostgresRestarts must be fractions"},
+		{func(c *faultsuite.Config) { c.Broker = "kafka" }, `Broker "kafka": want one of nats, nats-cluster, rabbitmq`},
 	} {
 		cfg := base()
 		c.edit(&cfg)
@@ -63,6 +64,7 @@ func TestCheckNamesEveryBrokenGuarantee(t *testing.T) {
 	}{
 		{func(r *faultsuite.Report) { r.BrokerMissing = 1 }, "the broker is missing 1 staged messages"},
 		{func(r *faultsuite.Report) { r.OrderViolations = 1 }, "1 per-key first-publication order violations"},
+		{func(r *faultsuite.Report) { r.HandlerOrderViolations = 1 }, "1 per-key order violations at the handler"},
 		{func(r *faultsuite.Report) { r.DuplicateEffects, r.EffectRows = 1, 5001 }, "1 duplicate effects behind the inbox"},
 		{func(r *faultsuite.Report) { r.UniqueHandled, r.EffectsMissing = 4999, 1 }, "4999 unique messages handled for 5000 staged"},
 		{func(r *faultsuite.Report) { r.OutboxDeadLetters = 1 }, "1 dead letters"},
@@ -74,6 +76,7 @@ func TestCheckNamesEveryBrokenGuarantee(t *testing.T) {
 		{func(r *faultsuite.Report) { r.UnreachableDeliveries = 0 }, "the outage did not reach the relays"},
 		{func(r *faultsuite.Report) { r.InboxSkipped = 0 }, "proves nothing"},
 		{func(r *faultsuite.Report) { r.DroppedAcks = 0 }, "no acknowledgement was dropped on purpose"},
+		{func(r *faultsuite.Report) { r.Config.Broker = faultsuite.BrokerNATSCluster }, "never went without a leader"},
 	} {
 		r := passing()
 		c.edit(r)

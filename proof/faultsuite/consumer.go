@@ -19,10 +19,12 @@ import (
 	"github.com/stagehand-es/stagehand/outbox"
 )
 
-// The consumers: one handler behind the inbox, in this process, on the durable JetStream consumer. For every
-// message it writes one row to the effects table in the inbox's transaction. The table has no unique key on the
-// message, so a message whose effects were applied twice shows as two rows: that is what the run counts as a
-// duplicate effect, and it must be 0.
+// The consumers: one handler behind the inbox, in this process, subscribed to every partition topic of the broker
+// (one router handler per partition, one message at a time each). For every message it writes one row to the
+// effects table in the inbox's transaction. The table has no unique key on the message, so a message whose effects
+// were applied twice shows as two rows: that is what the run counts as a duplicate effect, and it must be 0. Each
+// row also takes the next number of a sequence, so the order in which a key's effects were applied (its order at
+// the handler) can be read back.
 
 const inboxHandlerName = "faults-effects"
 
@@ -35,6 +37,7 @@ type consumerCounts struct {
 	suppressed  atomic.Int64 // the inbox found the message handled already and skipped it
 	failed      atomic.Int64 // the handler or the inbox failed: nacked, delivered again
 	redelivered atomic.Int64 // acknowledgements dropped on purpose
+	inFlight    atomic.Int64 // handler calls in progress
 }
 
 type consumers struct {
@@ -48,7 +51,7 @@ type consumers struct {
 type ranKey struct{}
 
 // startConsumers starts the consumer router and returns once it runs. Its failure is reported on done/runErr.
-func startConsumers(ctx context.Context, pool *pgxpool.Pool, ob *outbox.Outbox, effects, natsURL string,
+func startConsumers(ctx context.Context, pool *pgxpool.Pool, ob *outbox.Outbox, effects string, brk broker,
 	cfg Config, logger *slog.Logger) (*consumers, error) {
 	inbox, err := ob.NewInbox(&outbox.InboxConfig{
 		// Failures counted while PostgreSQL restarts or the broker is away are not the message's fault; a
@@ -60,7 +63,7 @@ func startConsumers(ctx context.Context, pool *pgxpool.Pool, ob *outbox.Outbox, 
 		return nil, fmt.Errorf("faultsuite: inbox: %w", err)
 	}
 	wlog := watermill.NewSlogLogger(logger)
-	sub, err := newSubscriber(natsURL, logger)
+	sub, err := brk.subscriber(logger)
 	if err != nil {
 		return nil, err
 	}
@@ -87,8 +90,10 @@ func startConsumers(ctx context.Context, pool *pgxpool.Pool, ob *outbox.Outbox, 
 	})
 	var rngMu sync.Mutex
 	rng := rand.New(rand.NewPCG(cfg.Seed, 2))
-	router.AddConsumerHandler("faults-consumer", Topic, sub, func(msg *message.Message) error {
+	consume := func(msg *message.Message) error {
 		c.counts.deliveries.Add(1)
+		c.counts.inFlight.Add(1)
+		defer c.counts.inFlight.Add(-1)
 		ran := &atomic.Bool{}
 		msg.SetContext(context.WithValue(msg.Context(), ranKey{}, ran))
 		err := handle(msg)
@@ -111,7 +116,10 @@ func startConsumers(ctx context.Context, pool *pgxpool.Pool, ob *outbox.Outbox, 
 			return errRedeliver
 		}
 		return nil
-	})
+	}
+	for p, topic := range partitionTopics(cfg.Partitions) {
+		router.AddConsumerHandler(fmt.Sprintf("faults-consumer-p%02d", p), topic, sub, consume)
+	}
 	go func() {
 		defer close(c.done)
 		c.runErr = router.Run(ctx)
@@ -120,6 +128,7 @@ func startConsumers(ctx context.Context, pool *pgxpool.Pool, ob *outbox.Outbox, 
 	case <-router.Running():
 		return c, nil
 	case <-c.done:
+		_ = router.Close()
 		_ = sub.Close()
 		return nil, fmt.Errorf("faultsuite: consumer router: %w", c.runErr)
 	case <-time.After(30 * time.Second):

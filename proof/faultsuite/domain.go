@@ -20,7 +20,6 @@ const (
 	TickedType     = "faults.counter.ticked"
 	MappingName    = "faults.ticked.v1"
 	MessageType    = "faults.v1.Ticked"
-	Topic          = "fault-messages"
 	HeaderVersion  = "fault-version" // the stream version a message was derived from, on every message
 	payloadVersion = 1
 )
@@ -71,9 +70,10 @@ func newRegistry() (*aggregate.Registry, error) {
 	return reg, nil
 }
 
-// newMapping derives one message per event, keyed by the aggregate ID (the default partition key), carrying the
-// stream version in a header so order can be checked at the broker without decoding payloads.
-func newMapping(reg *aggregate.Registry) (*staging.Mapping, error) {
+// newMapping derives one message per event, keyed by the aggregate ID (the default partition key), on the key's
+// partition topic (of partitions), carrying the stream version in a header so order can be checked at the broker
+// without decoding payloads.
+func newMapping(reg *aggregate.Registry, partitions int) (*staging.Mapping, error) {
 	m := staging.NewMapping(reg)
 	_ = staging.Map(m, MappingName, func(src eventstore.Record, e Ticked) ([]staging.Message, error) {
 		payload, err := json.Marshal(TickedMessage{Key: src.StreamID, N: e.N, Version: src.Version,
@@ -82,7 +82,7 @@ func newMapping(reg *aggregate.Registry) (*staging.Mapping, error) {
 			return nil, fmt.Errorf("encode ticked message: %w", err)
 		}
 		return []staging.Message{{
-			Topic:   Topic,
+			Topic:   topicOf(src.StreamID, partitions),
 			Type:    MessageType,
 			Payload: payload,
 			Headers: map[string]string{HeaderVersion: strconv.FormatInt(src.Version, 10)},

@@ -19,17 +19,30 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// TestFaultSuite is the fault-injection suite: relays killed with SIGKILL, PostgreSQL restarted, the
-// broker stopped, publishes rejected and acknowledgements dropped, all while messages are produced; afterwards
-// nothing may be lost, no key reordered at the broker and no effect applied twice behind the inbox. The CI size
-// runs by default; STAGEHAND_FAULTS=full runs the full size. STAGEHAND_FAULTS_VERBOSE=1 streams the components'
-// logs to standard error (otherwise the last lines are printed only when the run fails).
+// TestFaultSuite is the fault-injection suite, once per broker (a subtest each: nats, nats-cluster, rabbitmq):
+// relays killed with SIGKILL, PostgreSQL restarted, a broker node killed with SIGKILL and restarted, publishes
+// rejected and acknowledgements dropped, all while messages are produced; afterwards nothing may be lost, no key
+// reordered at the broker or at the handler, and no effect applied twice behind the inbox. The CI size runs by
+// default; STAGEHAND_FAULTS=full runs the full size, STAGEHAND_FAULTS_BROKERS=nats-cluster,rabbitmq only the
+// brokers named. STAGEHAND_FAULTS_VERBOSE=1 streams the components' logs to standard error (otherwise the last
+// lines are printed only when the run fails).
 func TestFaultSuite(t *testing.T) {
+	brokers := faultsuite.Brokers()
+	if v := os.Getenv("STAGEHAND_FAULTS_BROKERS"); v != "" {
+		brokers = strings.Split(v, ",")
+	}
+	for _, b := range brokers {
+		t.Run(b, func(t *testing.T) { runFaultSuite(t, b) })
+	}
+}
+
+func runFaultSuite(t *testing.T, broker string) {
 	pgtest.CheckLeaks(t)
 	cfg, err := faultsuite.FromEnv()
 	if err != nil {
 		t.Fatal(err)
 	}
+	cfg.Broker = broker
 	cfg.ChildCommand = []string{os.Args[0], "-test.run=^$"}
 	logs := &ringWriter{max: 400}
 	var sink io.Writer = logs

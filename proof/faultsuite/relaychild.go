@@ -21,11 +21,10 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/stagehand-es/stagehand/outbox"
-	"github.com/stagehand-es/stagehand/proof/natsjs"
 )
 
 // A relay process: the test binary re-executed with envChild=relay. It runs one outbox relay, through a Watermill
-// router, to NATS JetStream behind a publisher that rejects a fraction of publishes, until SIGTERM (or SIGKILL,
+// router, to the run's broker behind a publisher that rejects a fraction of publishes, until SIGTERM (or SIGKILL,
 // which is the point). It tells the parent what happens on standard output, one line per event, written at once
 // (unbuffered), so a line written before a SIGKILL is never lost:
 //
@@ -42,7 +41,8 @@ const (
 	envChild    = "STAGEHAND_FAULTSUITE_CHILD"
 	envDB       = "STAGEHAND_FAULTSUITE_DB"
 	envSchema   = "STAGEHAND_FAULTSUITE_SCHEMA"
-	envNATS     = "STAGEHAND_FAULTSUITE_NATS"
+	envBroker   = "STAGEHAND_FAULTSUITE_BROKER"     // the broker's kind (Config.Broker)
+	envURL      = "STAGEHAND_FAULTSUITE_BROKER_URL" // where the relay's publisher connects
 	envSlot     = "STAGEHAND_FAULTSUITE_SLOT"
 	envReject   = "STAGEHAND_FAULTSUITE_REJECT"
 	envRetries  = "STAGEHAND_FAULTSUITE_RETRIES"
@@ -52,21 +52,24 @@ const (
 // errInjected is the error of a publish rejected on purpose.
 var errInjected = errors.New("faultsuite: publish rejected on purpose")
 
-// RunChildIfRequested runs a relay process and exits when this process was started as one (by Run, through
-// Config.ChildCommand); otherwise it returns at once. Call it first in the test binary's TestMain.
+// RunChildIfRequested runs a relay process (or a NATS server process) and exits when this process was started as
+// one (by Run, through Config.ChildCommand); otherwise it returns at once. Call it first in the test binary's
+// TestMain.
 func RunChildIfRequested() {
-	if os.Getenv(envChild) != "relay" {
+	run := map[string]func() error{"relay": runRelayChild, "nats": runNATSChild}[os.Getenv(envChild)]
+	if run == nil {
 		return
 	}
-	if err := runRelayChild(); err != nil {
-		fmt.Fprintf(os.Stderr, "level=ERROR msg=\"relay process failed\" error=%q\n", err.Error())
+	if err := run(); err != nil {
+		fmt.Fprintf(os.Stderr, "level=ERROR msg=\"%s process failed\" error=%q\n", os.Getenv(envChild), err.Error())
 		os.Exit(1)
 	}
 	os.Exit(0)
 }
 
 // relaySettings are the relays' processing settings, the same in every relay process.
-func relaySettings(slot string, retries int, logger *slog.Logger, hooks outbox.Hooks) *outbox.RelayConfig {
+func relaySettings(slot string, retries int, unavailable func(error) bool, logger *slog.Logger,
+	hooks outbox.Hooks) *outbox.RelayConfig {
 	return &outbox.RelayConfig{
 		BatchSize:              100,
 		PollingInterval:        100 * time.Millisecond,
@@ -77,8 +80,8 @@ func relaySettings(slot string, retries int, logger *slog.Logger, hooks outbox.H
 		ProcessorID:            "faults-" + slot,
 		// A killed relay's rows wait this long for another relay; the survivors renew theirs every third of it.
 		LeaseDuration:       2 * time.Second,
-		AckDeadline:         15 * time.Second, // above the publisher's 3 s JetStream ack wait
-		IsBrokerUnavailable: natsjs.Unavailable,
+		AckDeadline:         15 * time.Second, // above the publishers' wait for the broker's acknowledgement
+		IsBrokerUnavailable: unavailable,
 		BrokerBackoff:       100 * time.Millisecond,
 		MaxBrokerBackoff:    time.Second,
 		Logger:              logger,
@@ -139,17 +142,18 @@ func runRelayChild() error {
 			out.printf("deadletter %s %s", d.MessageID, oneLine(err))
 		},
 	}
-	relay, err := ob.NewRelay(relaySettings(slot, retries, logger, hooks))
+	pub, unavailable, err := newPublisherFor(os.Getenv(envBroker), os.Getenv(envURL), "faultsuite relay "+slot,
+		logger)
+	if err != nil {
+		return err
+	}
+	defer pub.Close()
+	relay, err := ob.NewRelay(relaySettings(slot, retries, unavailable, logger, hooks))
 	if err != nil {
 		return fmt.Errorf("relay: %w", err)
 	}
 	defer relay.Close()
 	wlog := watermill.NewSlogLogger(logger)
-	pub, err := newPublisher(os.Getenv(envNATS), "faultsuite relay "+slot, logger)
-	if err != nil {
-		return err
-	}
-	defer pub.Close()
 	router, err := message.NewRouter(message.RouterConfig{CloseTimeout: 5 * time.Second}, wlog)
 	if err != nil {
 		return fmt.Errorf("router: %w", err)
@@ -210,7 +214,7 @@ func exitWithParent(ctx context.Context, stop func()) {
 }
 
 // rejectingPublisher is the destination as a relay process sees it: it rejects a fraction of publishes at random
-// (before they reach the broker) and passes the rest to NATS.
+// (before they reach the broker) and passes the rest to the broker's publisher.
 type rejectingPublisher struct {
 	next message.Publisher
 	rate float64
@@ -227,7 +231,7 @@ func (p *rejectingPublisher) Publish(topic string, msgs ...*message.Message) err
 	return p.next.Publish(topic, msgs...)
 }
 
-func (p *rejectingPublisher) Close() error { return nil } // the NATS publisher is closed by its owner
+func (p *rejectingPublisher) Close() error { return nil } // the broker's publisher is closed by its owner
 
 // lines writes whole lines to w, one write each.
 type lines struct {

@@ -67,7 +67,7 @@ type relays struct {
 	stopped bool
 }
 
-func newRelays(cfg Config, dbURL, schema, natsURL string, logger *slog.Logger) *relays {
+func newRelays(cfg Config, dbURL, schema, brokerURL string, logger *slog.Logger) *relays {
 	level := "WARN"
 	if logger.Enabled(context.Background(), slog.LevelDebug) {
 		level = "DEBUG"
@@ -76,7 +76,8 @@ func newRelays(cfg Config, dbURL, schema, natsURL string, logger *slog.Logger) *
 	}
 	return &relays{
 		cfg: cfg,
-		env: []string{envChild + "=relay", envDB + "=" + dbURL, envSchema + "=" + schema, envNATS + "=" + natsURL,
+		env: []string{envChild + "=relay", envDB + "=" + dbURL, envSchema + "=" + schema, envBroker + "=" + cfg.Broker,
+			envURL + "=" + brokerURL,
 			envReject + "=" + strconv.FormatFloat(cfg.RejectRate, 'g', -1, 64),
 			envRetries + "=" + strconv.Itoa(cfg.MaxRetryCount), envLogLevel + "=" + level},
 		logger:  logger,

@@ -11,13 +11,17 @@ import (
 // failed.
 type Report struct {
 	Config Config
+	// Broker describes the broker the run went through.
+	Broker string
 
 	// Faults injected.
 	RelayStarts, Kills, KillsMidWork int
 	PostgresRestarts                 int
 	PostgresDown                     []time.Duration
 	BrokerStops                      int
-	BrokerOutage                     time.Duration
+	BrokerFault                      string        // what the broker's fault was
+	BrokerOutage                     time.Duration // from the kill until the node was back
+	BrokerLeaderless                 time.Duration // from the kill until the stream had a leader again
 
 	// Production.
 	CommittedEvents int64
@@ -49,6 +53,8 @@ type Report struct {
 	EffectRows, UniqueHandled, DuplicateEffects                            int64
 	EffectsMissing, EffectsUnexpected                                      int64
 	DuplicateExamples                                                      []string
+	HandlerOrderViolations                                                 int64
+	HandlerOrderExamples                                                   []string
 
 	DrainAfterLastFault time.Duration
 	Total               time.Duration
@@ -63,13 +69,20 @@ func (r *Report) String() string {
 	for _, d := range r.PostgresDown {
 		pgDown = append(pgDown, fmt.Sprintf("%.1fs", d.Seconds()))
 	}
-	w("fault suite, size %s (seed %d): %d messages over %d keys, %d relay processes, total %s", c.Name, c.Seed,
-		c.Messages, c.Keys, c.Relays, r.Total.Round(100*time.Millisecond))
+	w("fault suite, size %s, broker %s (seed %d): %d messages over %d keys and %d partitions, %d relay processes, "+
+		"total %s", c.Name, c.Broker, c.Seed, c.Messages, c.Keys, c.Partitions, c.Relays,
+		r.Total.Round(100*time.Millisecond))
+	w("broker: %s", r.Broker)
 	w("faults injected:")
 	w("  relay processes killed (SIGKILL):  %d (%d of them after publishing; %d processes started), one every %s-%s per relay",
 		r.Kills, r.KillsMidWork, r.RelayStarts, c.KillMin, c.KillMax)
 	w("  PostgreSQL restarts (-m fast):     %d (down %s)", r.PostgresRestarts, strings.Join(pgDown, ", "))
-	w("  broker outage:                     %d stop, %.1fs without a broker", r.BrokerStops, r.BrokerOutage.Seconds())
+	leaderless := ""
+	if r.BrokerLeaderless > 0 {
+		leaderless = fmt.Sprintf(", the stream without a leader for %.1fs", r.BrokerLeaderless.Seconds())
+	}
+	w("  broker fault:                      %d (%s; back after %.1fs%s)", r.BrokerStops, r.BrokerFault,
+		r.BrokerOutage.Seconds(), leaderless)
 	w("  publishes rejected on purpose:     %d (%.0f%% of publishes, MaxRetryCount %d: expected dead letters %.1g)",
 		r.InjectedRejections, c.RejectRate*100, c.MaxRetryCount, c.DeadLetterOdds())
 	w("  acknowledgements dropped on purpose after the inbox committed: %d (%.0f%% of deliveries)", r.DroppedAcks,
@@ -85,7 +98,7 @@ func (r *Report) String() string {
 	for _, s := range r.RelaySamples {
 		w("    %s", s)
 	}
-	w("at the broker (the JetStream stream, in stream-sequence order):")
+	w("at the broker (every copy it stored, in its order):")
 	w("  messages stored:                   %d (%d unique; %d not staged by any event; %d staged and never published)",
 		r.BrokerStored, r.BrokerUnique, r.BrokerUnexpected, r.BrokerMissing)
 	w("  duplicate deliveries at the broker: %d", r.BrokerStored-r.BrokerUnique)
@@ -100,6 +113,11 @@ func (r *Report) String() string {
 		r.UniqueHandled, r.Staged, r.InboxHandled, r.EffectsMissing)
 	w("  duplicate effects behind the inbox: %d (%d effect rows)", r.DuplicateEffects, r.EffectRows)
 	for _, s := range r.DuplicateExamples {
+		w("    %s", s)
+	}
+	w("  per-key order violations at the handler: %d (first effects applied out of staging order)",
+		r.HandlerOrderViolations)
+	for _, s := range r.HandlerOrderExamples {
 		w("    %s", s)
 	}
 	w("  inbox dead letters:                %d (%d failing)", r.InboxDeadLetters, r.InboxFailing)
@@ -125,8 +143,11 @@ func (r *Report) Check() error {
 		fail("%d PostgreSQL restarts, want %d", r.PostgresRestarts, len(c.PostgresRestarts))
 	}
 	if c.BrokerOutage > 0 && (r.BrokerStops != 1 || r.BrokerOutage < c.BrokerOutage) {
-		fail("broker stopped %d times for %s, want once for at least %s", r.BrokerStops, r.BrokerOutage,
+		fail("broker fault injected %d times for %s, want once for at least %s", r.BrokerStops, r.BrokerOutage,
 			c.BrokerOutage)
+	}
+	if c.BrokerOutage > 0 && c.Broker == BrokerNATSCluster && r.BrokerLeaderless <= 0 {
+		fail("the stream never went without a leader: the cluster's fault did not hit its leader")
 	}
 	if c.BrokerOutage > 0 && r.UnreachableDeliveries == 0 {
 		fail("no relay ever found the broker unreachable: the outage did not reach the relays")
@@ -182,6 +203,10 @@ func (r *Report) Check() error {
 	// Effectively once behind the inbox (contract 7), with duplicates that actually reached it.
 	if r.DuplicateEffects != 0 {
 		fail("%d duplicate effects behind the inbox: %v", r.DuplicateEffects, r.DuplicateExamples)
+	}
+	// Per-key order at the handler (contract 6, carried on by one unacknowledged message per partition).
+	if r.HandlerOrderViolations != 0 {
+		fail("%d per-key order violations at the handler: %v", r.HandlerOrderViolations, r.HandlerOrderExamples)
 	}
 	if r.InboxSkipped == 0 {
 		fail("the inbox never saw a duplicate delivery, so the duplicate-effect check proves nothing")

@@ -23,7 +23,7 @@ const (
 	tenant = "faults"
 )
 
-// Run runs the suite once: it starts its own PostgreSQL cluster and NATS server, produces cfg.Messages messages
+// Run runs the suite once: it starts its own PostgreSQL cluster and broker, produces cfg.Messages messages
 // while injecting the faults, waits until everything is handled, and returns what it measured. It stops and
 // removes everything it started before returning, whatever happened. The error is about the run itself (a
 // component that could not start, a relay process that exited by itself, a drain that did not finish); the
@@ -41,8 +41,8 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		fmt.Fprintf(cfg.Progress, "[%6.1fs] %s\n", time.Since(began).Seconds(), fmt.Sprintf(format, args...))
 	}
 
-	// 1. A PostgreSQL cluster of our own (so it can be restarted) and an embedded NATS JetStream server.
-	step("starting a throwaway PostgreSQL cluster and an embedded NATS JetStream server (seed %d)", cfg.Seed)
+	// 1. A PostgreSQL cluster of our own (so it can be restarted) and the broker, also ours (so it can be killed).
+	step("starting a throwaway PostgreSQL cluster and the broker, %s (seed %d)", cfg.Broker, cfg.Seed)
 	srv, err := pgtest.Start(ctx, pgtest.Options{})
 	if err != nil {
 		return nil, err
@@ -57,15 +57,18 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		return nil, fmt.Errorf("faultsuite: migrate: %w", err)
 	}
 	effects := pgx.Identifier{schema, "fault_effects"}.Sanitize()
-	if _, err := pool.Exec(ctx, `CREATE TABLE `+effects+` (message_id text NOT NULL, partition_key text NOT NULL,
-		version bigint NOT NULL, handled_at timestamptz NOT NULL DEFAULT clock_timestamp())`); err != nil {
+	// seq numbers the effects in the order the handler applied them: a key's order at the handler.
+	if _, err := pool.Exec(ctx, `CREATE TABLE `+effects+` (seq bigserial, message_id text NOT NULL,
+		partition_key text NOT NULL, version bigint NOT NULL,
+		handled_at timestamptz NOT NULL DEFAULT clock_timestamp())`); err != nil {
 		return nil, fmt.Errorf("faultsuite: effects table: %w", err)
 	}
-	brk, err := startBroker(log)
+	brk, err := startBroker(ctx, cfg, log)
 	if err != nil {
 		return nil, err
 	}
 	defer func() { _ = brk.stop() }()
+	rep.Broker = brk.describe()
 	if err := brk.provision(ctx); err != nil {
 		return nil, err
 	}
@@ -85,7 +88,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
-	mapping, err := newMapping(reg)
+	mapping, err := newMapping(reg, cfg.Partitions)
 	if err != nil {
 		return nil, err
 	}
@@ -101,12 +104,12 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}
 
 	// 3. The consumers (in this process) and the relay processes.
-	cons, err := startConsumers(ctx, pool, ob, effects, brk.URL(), cfg, log)
+	cons, err := startConsumers(ctx, pool, ob, effects, brk, cfg, log)
 	if err != nil {
 		return nil, err
 	}
 	defer cons.stop()
-	relays := newRelays(cfg, srv.URL(), schema, brk.URL(), log)
+	relays := newRelays(cfg, srv.URL(), schema, brk.url(), log)
 	defer relays.stop()
 	step("starting %d relay processes", cfg.Relays)
 	if err := relays.start(ctx); err != nil {
@@ -134,7 +137,8 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		rep.UnreachableDeliveries, rep.RelayDeadLetters, rep.RelaySamples = rc.unreachable, rc.deadLettered, rc.samples
 		f := faults.snapshot()
 		rep.PostgresRestarts, rep.PostgresDown = len(f.pgRestarts), f.pgRestarts
-		rep.BrokerStops, rep.BrokerOutage = f.brokerStops, f.brokerDown
+		rep.BrokerStops, rep.BrokerOutage, rep.BrokerFault = f.brokerStops, f.brokerDown, f.brokerWhat
+		rep.BrokerLeaderless = f.brokerLeaderless
 		rep.CommittedEvents, rep.SaveRetries = prod.events.Load(), prod.retries.Load()
 		rep.Deliveries = cons.counts.deliveries.Load()
 		rep.FirstHandlings = cons.counts.handled.Load()
@@ -189,7 +193,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		len(fv.pgRestarts), fv.brokerDown.Seconds())
 
 	// 5. The drain: every message handled, nothing left in the outbox, nothing left for the broker to deliver.
-	drained, err := waitDrained(ctx, cfg, pool, ob, effects, brk.URL(), cons, relays, func(state string) {
+	drained, err := waitDrained(ctx, cfg, pool, ob, effects, brk, cons, relays, func(state string) {
 		step("draining: %s", state)
 	})
 	if err != nil {
@@ -201,7 +205,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	// Nothing more is published once the relays are gone; then the consumer must settle once more, so a late copy
 	// would still reach the inbox (and the count of effects) before the check.
 	relays.stop()
-	if err := waitSettled(ctx, brk.URL(), 30*time.Second); err != nil {
+	if err := waitSettled(ctx, brk, cons, 30*time.Second); err != nil {
 		return rep, err
 	}
 	cons.stop()
@@ -211,7 +215,8 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	rc = relays.snapshot()
 	rep.RelayStarts, rep.Kills, rep.KillsMidWork = rc.starts, rc.kills, rc.killsMidWork
 	rep.PostgresRestarts, rep.PostgresDown = len(fv.pgRestarts), fv.pgRestarts
-	rep.BrokerStops, rep.BrokerOutage = fv.brokerStops, fv.brokerDown
+	rep.BrokerStops, rep.BrokerOutage, rep.BrokerFault = fv.brokerStops, fv.brokerDown, fv.brokerWhat
+	rep.BrokerLeaderless = fv.brokerLeaderless
 	rep.InjectedRejections, rep.UnexpectedRejections = rc.injectedRejections, rc.unexpected
 	rep.UnreachableDeliveries, rep.RelayDeadLetters, rep.RelaySamples = rc.unreachable, rc.deadLettered, rc.samples
 	rep.Deliveries = cons.counts.deliveries.Load()
@@ -234,7 +239,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}
 	rep.Staged, rep.OutboxPending, rep.OutboxDeadLetters = of.staged, of.pending, of.deadLetters
 	rep.InboxHandled, rep.InboxDeadLetters, rep.InboxFailing = of.inboxHandled, of.inboxDeadLetters, of.inboxFailing
-	bf, err := readBroker(ctx, brk.URL(), p)
+	bf, err := readBroker(ctx, brk, p)
 	if err != nil {
 		return rep, err
 	}
@@ -248,6 +253,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}
 	rep.EffectRows, rep.UniqueHandled, rep.DuplicateEffects = ef.rows, ef.unique, ef.duplicates
 	rep.EffectsMissing, rep.EffectsUnexpected, rep.DuplicateExamples = ef.missing, ef.unexpected, ef.examples
+	rep.HandlerOrderViolations, rep.HandlerOrderExamples = ef.orderViolations, ef.orderExamples
 	rep.Total = time.Since(began)
 	step("done")
 	return rep, nil
@@ -268,24 +274,29 @@ func connect(ctx context.Context, url string) (*pgxpool.Pool, error) {
 
 // faultLog records the faults injected by injectFaults. Read it through snapshot while injectFaults may run.
 type faultLog struct {
-	mu          sync.Mutex
-	pgRestarts  []time.Duration // how long each restart kept PostgreSQL away
-	pgLastEnd   time.Time
-	brokerStops int
-	brokerDown  time.Duration // from the server's shutdown to its readiness again
-	brokerEnd   time.Time
+	mu               sync.Mutex
+	pgRestarts       []time.Duration // how long each restart kept PostgreSQL away
+	pgLastEnd        time.Time
+	brokerStops      int
+	brokerWhat       string
+	brokerDown       time.Duration // from the kill to the node's readiness again
+	brokerLeaderless time.Duration // from the kill until the stream had a leader again
+	brokerEnd        time.Time
 }
 
 type faultView struct {
-	pgRestarts  []time.Duration
-	brokerStops int
-	brokerDown  time.Duration
+	pgRestarts       []time.Duration
+	brokerStops      int
+	brokerWhat       string
+	brokerDown       time.Duration
+	brokerLeaderless time.Duration
 }
 
 func (f *faultLog) snapshot() faultView {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return faultView{pgRestarts: slices.Clone(f.pgRestarts), brokerStops: f.brokerStops, brokerDown: f.brokerDown}
+	return faultView{pgRestarts: slices.Clone(f.pgRestarts), brokerStops: f.brokerStops, brokerWhat: f.brokerWhat,
+		brokerDown: f.brokerDown, brokerLeaderless: f.brokerLeaderless}
 }
 
 func (f *faultLog) lastEnd() time.Time {
@@ -297,9 +308,9 @@ func (f *faultLog) lastEnd() time.Time {
 	return f.pgLastEnd
 }
 
-// injectFaults restarts PostgreSQL and stops the broker at their times in the window (fractions of ProduceFor
-// after start), one after the other.
-func injectFaults(ctx context.Context, cfg Config, start time.Time, srv *pgtest.Server, brk *broker, log *faultLog,
+// injectFaults restarts PostgreSQL and injects the broker's fault at their times in the window (fractions of
+// ProduceFor after start), one after the other.
+func injectFaults(ctx context.Context, cfg Config, start time.Time, srv *pgtest.Server, brk broker, log *faultLog,
 	step func(string, ...any)) error {
 	type fault struct {
 		at     time.Duration
@@ -318,21 +329,16 @@ func injectFaults(ctx context.Context, cfg Config, start time.Time, srv *pgtest.
 			return err
 		}
 		if f.broker {
-			step("stopping the broker for %s", cfg.BrokerOutage)
-			brk.shutdown()
-			down := time.Now()
-			if err := sleep(ctx, cfg.BrokerOutage); err != nil {
-				return err
-			}
-			if err := brk.start(); err != nil {
+			bf, err := brk.fault(ctx, cfg.BrokerOutage, step)
+			if err != nil {
 				return err
 			}
 			log.mu.Lock()
 			log.brokerStops++
 			log.brokerEnd = time.Now()
-			log.brokerDown = log.brokerEnd.Sub(down)
+			log.brokerWhat, log.brokerDown, log.brokerLeaderless = bf.what, bf.down, bf.leaderless
 			log.mu.Unlock()
-			step("broker back after %.1fs", time.Since(down).Seconds())
+			step("broker back after %.1fs", bf.down.Seconds())
 			continue
 		}
 		step("restarting PostgreSQL (pg_ctl restart -m fast)")
@@ -354,8 +360,8 @@ func injectFaults(ctx context.Context, cfg Config, start time.Time, srv *pgtest.
 
 // waitDrained waits until every planned message has an effect, the outbox holds nothing pending, and the broker
 // has nothing left to deliver; it returns when that was first seen.
-func waitDrained(ctx context.Context, cfg Config, pool *pgxpool.Pool, ob *outbox.Outbox, effects, natsURL string,
-	cons *consumers, relays *relays, progress func(state string)) (time.Time, error) {
+func waitDrained(ctx context.Context, cfg Config, pool *pgxpool.Pool, ob *outbox.Outbox, effects string,
+	brk broker, cons *consumers, relays *relays, progress func(state string)) (time.Time, error) {
 	deadline := time.NewTimer(cfg.DrainTimeout)
 	defer deadline.Stop()
 	tick := time.NewTicker(100 * time.Millisecond)
@@ -393,7 +399,7 @@ func waitDrained(ctx context.Context, cfg Config, pool *pgxpool.Pool, ob *outbox
 		if err != nil {
 			return time.Time{}, fmt.Errorf("faultsuite: outbox stats: %w", err)
 		}
-		settled, cstate, err := consumerSettled(ctx, natsURL)
+		settled, cstate, err := atRest(ctx, brk, cons)
 		if err != nil {
 			return time.Time{}, err
 		}
@@ -405,11 +411,21 @@ func waitDrained(ctx context.Context, cfg Config, pool *pgxpool.Pool, ob *outbox
 	}
 }
 
-// waitSettled waits until the durable consumer has nothing left to deliver or to have acknowledged.
-func waitSettled(ctx context.Context, natsURL string, within time.Duration) error {
+// atRest reports whether the broker has nothing left to deliver and no handler is running.
+func atRest(ctx context.Context, brk broker, cons *consumers) (bool, string, error) {
+	ok, state, err := brk.settled(ctx)
+	if err != nil {
+		return false, "", err
+	}
+	running := cons.counts.inFlight.Load()
+	return ok && running == 0, fmt.Sprintf("%s, %d handlers running", state, running), nil
+}
+
+// waitSettled waits until the broker has nothing left to deliver or to have acknowledged.
+func waitSettled(ctx context.Context, brk broker, cons *consumers, within time.Duration) error {
 	deadline := time.Now().Add(within)
 	for {
-		settled, state, err := consumerSettled(ctx, natsURL)
+		settled, state, err := atRest(ctx, brk, cons)
 		if err != nil {
 			return err
 		}

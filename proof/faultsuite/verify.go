@@ -1,16 +1,13 @@
 package faultsuite
 
 import (
+	"cmp"
 	"context"
-	"errors"
 	"fmt"
+	"slices"
 	"strconv"
-	"time"
 
-	wmnats "github.com/ThreeDotsLabs/watermill-nats/v2/pkg/nats"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/stagehand-es/stagehand/eventstore"
 	"github.com/stagehand-es/stagehand/outbox"
@@ -64,9 +61,9 @@ func readPlan(ctx context.Context, store eventstore.Store) (*plan, error) {
 	return p, nil
 }
 
-// brokerFindings is what the JetStream stream holds, read in stream-sequence order.
+// brokerFindings is what the broker stored, read in its order.
 type brokerFindings struct {
-	stored          int64 // messages in the stream (every copy published)
+	stored          int64 // copies stored (every copy published)
 	unique          int64 // distinct message IDs among them
 	unexpected      int64 // IDs no committed event accounts for
 	missing         int64 // planned IDs never published
@@ -76,87 +73,42 @@ type brokerFindings struct {
 	versionMismatch int64    // messages whose version header disagrees with their place in the plan
 }
 
-// readBroker reads the whole stream with an ordered consumer and checks, per key, that the first publication of
+// readBroker reads every copy the broker stored, in its order, and checks, per key, that the first publication of
 // each message came in staging order: a message's first copy must not follow the first copy of a message staged
 // after it. Later copies (republished after a relay was killed, or after its lease lapsed) are duplicates, not
 // reorderings, and are only counted.
-func readBroker(ctx context.Context, url string, p *plan) (*brokerFindings, error) {
-	nc, err := nats.Connect(url, nats.Name("faultsuite check"))
-	if err != nil {
-		return nil, fmt.Errorf("faultsuite: nats: connect: %w", err)
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return nil, fmt.Errorf("faultsuite: nats: %w", err)
-	}
-	stream, err := js.Stream(ctx, streamName)
-	if err != nil {
-		return nil, fmt.Errorf("faultsuite: nats: stream: %w", err)
-	}
-	info, err := stream.Info(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("faultsuite: nats: stream info: %w", err)
-	}
-	if info.State.FirstSeq > 1 && info.State.Msgs > 0 {
-		return nil, fmt.Errorf("faultsuite: the stream starts at sequence %d: messages were removed from it",
-			info.State.FirstSeq)
-	}
-	cons, err := stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{DeliverPolicy: jetstream.DeliverAllPolicy})
-	if err != nil {
-		return nil, fmt.Errorf("faultsuite: nats: ordered consumer: %w", err)
-	}
+func readBroker(ctx context.Context, brk broker, p *plan) (*brokerFindings, error) {
 	f := &brokerFindings{}
 	seen := map[string]bool{}
 	next := map[string]int{} // key -> the highest plan position whose first copy has been seen, plus one
-	var lastSeq uint64
-	deadline := time.Now().Add(5 * time.Minute)
-	for f.stored < int64(info.State.Msgs) {
-		if time.Now().After(deadline) {
-			return nil, fmt.Errorf("faultsuite: read %d of %d stream messages in 5 minutes", f.stored, info.State.Msgs)
+	err := brk.readStored(ctx, func(c storedCopy) error {
+		f.stored++
+		if seen[c.id] {
+			return nil
 		}
-		batch, err := cons.Fetch(int(min(1000, int64(info.State.Msgs)-f.stored)), jetstream.FetchMaxWait(5*time.Second))
-		if err != nil {
-			return nil, fmt.Errorf("faultsuite: nats: fetch: %w", err)
+		seen[c.id] = true
+		f.unique++
+		pl, ok := p.index[c.id]
+		if !ok {
+			f.unexpected++
+			return nil
 		}
-		for msg := range batch.Messages() {
-			meta, err := msg.Metadata()
-			if err != nil {
-				return nil, fmt.Errorf("faultsuite: nats: metadata: %w", err)
-			}
-			if meta.Sequence.Stream <= lastSeq {
-				return nil, fmt.Errorf("faultsuite: stream sequence %d after %d", meta.Sequence.Stream, lastSeq)
-			}
-			lastSeq = meta.Sequence.Stream
-			f.stored++
-			id := msg.Headers().Get(wmnats.WatermillUUIDHdr)
-			if seen[id] {
-				continue
-			}
-			seen[id] = true
-			f.unique++
-			pl, ok := p.index[id]
-			if !ok {
-				f.unexpected++
-				continue
-			}
-			if v, err := strconv.ParseInt(msg.Headers().Get(HeaderVersion), 10, 64); err != nil || v != int64(pl.pos+1) {
-				f.versionMismatch++
-			}
-			if pl.pos < next[pl.key] {
-				f.orderViolations++
-				if len(f.violations) < 5 {
-					f.violations = append(f.violations, fmt.Sprintf("key %s: message %d of the key first published "+
-						"at stream sequence %d, after message %d", pl.key, pl.pos+1, meta.Sequence.Stream,
-						next[pl.key]))
-				}
-				continue
-			}
-			next[pl.key] = pl.pos + 1
+		if v, err := strconv.ParseInt(c.version, 10, 64); err != nil || v != int64(pl.pos+1) {
+			f.versionMismatch++
 		}
-		if err := batch.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) {
-			return nil, fmt.Errorf("faultsuite: nats: fetch: %w", err)
+		if pl.pos < next[pl.key] {
+			f.orderViolations++
+			if len(f.violations) < 5 {
+				f.violations = append(f.violations, fmt.Sprintf("key %s: message %d of the key first published "+
+					"at position %d, after message %d", pl.key, pl.pos+1, c.position, next[pl.key]))
+			}
+			return nil
 		}
+		next[pl.key] = pl.pos + 1
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
 	for id := range p.index {
 		if !seen[id] {
@@ -167,31 +119,6 @@ func readBroker(ctx context.Context, url string, p *plan) (*brokerFindings, erro
 	return f, nil
 }
 
-// consumerSettled reports whether the durable consumer has delivered everything in the stream and every delivery
-// was acknowledged: nothing is left that the broker could still deliver (again).
-func consumerSettled(ctx context.Context, url string) (bool, string, error) {
-	nc, err := nats.Connect(url, nats.Name("faultsuite check"))
-	if err != nil {
-		return false, "", fmt.Errorf("faultsuite: nats: connect: %w", err)
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return false, "", fmt.Errorf("faultsuite: nats: %w", err)
-	}
-	cons, err := js.PushConsumer(ctx, streamName, consumerGroup)
-	if err != nil {
-		return false, "", fmt.Errorf("faultsuite: nats: consumer: %w", err)
-	}
-	info, err := cons.Info(ctx)
-	if err != nil {
-		return false, "", fmt.Errorf("faultsuite: nats: consumer info: %w", err)
-	}
-	state := fmt.Sprintf("pending %d, awaiting ack %d, redelivered %d", info.NumPending, info.NumAckPending,
-		info.NumRedelivered)
-	return info.NumPending == 0 && info.NumAckPending == 0, state, nil
-}
-
 // effectFindings is what the consumers' effects table holds.
 type effectFindings struct {
 	rows       int64 // effect rows
@@ -200,20 +127,29 @@ type effectFindings struct {
 	missing    int64 // planned messages with no effect
 	unexpected int64 // effects of messages no committed event accounts for
 	examples   []string
+	// orderViolations counts first effects applied after the first effect of a message staged later for the
+	// same key (the order at the handler, read from the effects' sequence numbers).
+	orderViolations int64
+	orderExamples   []string
 }
 
 func readEffects(ctx context.Context, pool *pgxpool.Pool, effects string, p *plan) (*effectFindings, error) {
-	rows, err := pool.Query(ctx, `SELECT message_id, count(*) FROM `+effects+` GROUP BY message_id`)
+	rows, err := pool.Query(ctx, `SELECT message_id, count(*), min(seq) FROM `+effects+` GROUP BY message_id`)
 	if err != nil {
 		return nil, fmt.Errorf("faultsuite: read effects: %w", err)
 	}
 	defer rows.Close()
 	f := &effectFindings{}
 	have := map[string]bool{}
+	type first struct {
+		seq int64
+		pos int
+	}
+	firsts := map[string][]first{} // key -> its messages' first effects
 	for rows.Next() {
 		var id string
-		var n int64
-		if err := rows.Scan(&id, &n); err != nil {
+		var n, seq int64
+		if err := rows.Scan(&id, &n, &seq); err != nil {
 			return nil, fmt.Errorf("faultsuite: read effects: %w", err)
 		}
 		have[id] = true
@@ -225,12 +161,30 @@ func readEffects(ctx context.Context, pool *pgxpool.Pool, effects string, p *pla
 				f.examples = append(f.examples, fmt.Sprintf("%s applied %d times", id, n))
 			}
 		}
-		if _, ok := p.index[id]; !ok {
+		pl, ok := p.index[id]
+		if !ok {
 			f.unexpected++
+			continue
 		}
+		firsts[pl.key] = append(firsts[pl.key], first{seq: seq, pos: pl.pos})
 	}
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("faultsuite: read effects: %w", err)
+	}
+	for key, fs := range firsts {
+		slices.SortFunc(fs, func(a, b first) int { return cmp.Compare(a.seq, b.seq) })
+		highest := -1
+		for _, e := range fs {
+			if e.pos < highest {
+				f.orderViolations++
+				if len(f.orderExamples) < 5 {
+					f.orderExamples = append(f.orderExamples, fmt.Sprintf("key %s: message %d of the key applied "+
+						"(effect %d) after message %d", key, e.pos+1, e.seq, highest+1))
+				}
+				continue
+			}
+			highest = e.pos
+		}
 	}
 	for id := range p.index {
 		if !have[id] {

@@ -5,19 +5,24 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 )
 
 func TestUnavailableClassifiesReachability(t *testing.T) {
 	for _, err := range []error{nats.ErrNoServers, nats.ErrConnectionClosed, nats.ErrNoResponders,
-		context.DeadlineExceeded, &nats.APIError{Code: 503, Description: "jetstream unavailable"}} {
+		context.DeadlineExceeded, &nats.APIError{Code: 503, Description: "jetstream unavailable"},
+		nats.ErrNoStreamResponse, jetstream.ErrNoStreamResponse, &jetstream.APIError{Code: 503}} {
 		require.True(t, Unavailable(fmt.Errorf("publish: %w", err)), "%v", err)
 	}
-	for _, err := range []error{errors.New("message too large"), &nats.APIError{Code: 400}, nats.ErrBadSubject} {
+	for _, err := range []error{errors.New("message too large"), &nats.APIError{Code: 400}, nats.ErrBadSubject,
+		&jetstream.APIError{Code: 400}, jetstream.ErrStreamNotFound} {
 		require.False(t, Unavailable(fmt.Errorf("publish: %w", err)), "%v", err)
 	}
 }
@@ -33,4 +38,117 @@ func TestStartServesJetStream(t *testing.T) {
 	require.NoError(t, err)
 	_, err = js.AccountInfo()
 	require.NoError(t, err, "JetStream is enabled")
+}
+
+// TestUnavailableKnowsAStreamWithoutALeader publishes to a replicated stream (R3) of a 3-node cluster after two of
+// its nodes are gone, so the stream has no quorum and cannot store anything, and checks that what both JetStream
+// APIs return then is classified "unavailable" (the relay pauses instead of counting attempts). What they return
+// depends on which node survived (measured): a follower has no subscription on the stream's subjects, so the
+// publish finds no responder ("no response from stream"); the old leader still takes it but cannot replicate it,
+// so no acknowledgement comes (a timeout) until it notices it lost its quorum.
+func TestUnavailableKnowsAStreamWithoutALeader(t *testing.T) {
+	for _, survivor := range []string{"follower", "leader"} {
+		t.Run("the "+survivor+" survives", func(t *testing.T) { testWithoutALeader(t, survivor == "leader") })
+	}
+}
+
+func testWithoutALeader(t *testing.T, leaderSurvives bool) {
+	logger := slog.New(slog.DiscardHandler)
+	var routes []int
+	nodes := make([]Node, 3)
+	for i := range nodes {
+		nodes[i] = Node{Name: fmt.Sprintf("n%d", i+1), Port: freePort(t), Dir: t.TempDir(), Cluster: "natsjs-test",
+			ClusterPort: freePort(t)}
+		routes = append(routes, nodes[i].ClusterPort)
+	}
+	servers := make(chan *server.Server, len(nodes))
+	for _, n := range nodes {
+		n.Routes = routes
+		go func() {
+			srv, err := StartNode(n, logger)
+			if err != nil {
+				t.Error(err)
+			}
+			servers <- srv
+		}()
+	}
+	running := map[string]*server.Server{}
+	for range nodes {
+		if srv := <-servers; srv != nil {
+			running[srv.Name()] = srv
+		}
+	}
+	defer func() {
+		for _, s := range running {
+			s.Shutdown()
+			s.WaitForShutdown()
+		}
+	}()
+	require.Len(t, running, 3)
+	urls := ""
+	for _, n := range nodes {
+		urls += fmt.Sprintf("nats://127.0.0.1:%d,", n.Port)
+	}
+	ctx := context.Background()
+	var info *jetstream.StreamInfo
+	func() {
+		nc, err := nats.Connect(urls)
+		require.NoError(t, err)
+		defer nc.Close()
+		js, err := jetstream.New(nc)
+		require.NoError(t, err)
+		require.Eventually(t, func() bool {
+			rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+			defer cancel()
+			s, err := js.CreateOrUpdateStream(rctx, jetstream.StreamConfig{Name: "s", Subjects: []string{"s.*"},
+				Replicas: 3, Storage: jetstream.FileStorage})
+			if err == nil {
+				info, err = s.Info(rctx)
+			}
+			return err == nil && info.Cluster != nil && info.Cluster.Leader != ""
+		}, time.Minute, 200*time.Millisecond, "the cluster elects a meta leader and a stream leader")
+	}()
+	var survivor *server.Server
+	for name, s := range running {
+		if (name == info.Cluster.Leader) == leaderSurvives && survivor == nil {
+			survivor = s
+		}
+	}
+	for name, s := range running {
+		if s != survivor {
+			s.Shutdown()
+			s.WaitForShutdown()
+			delete(running, name)
+		}
+	}
+
+	nc, err := nats.Connect(survivor.ClientURL())
+	require.NoError(t, err)
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	rctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	_, errNew := js.Publish(rctx, "s.a", []byte("x"))
+	require.Error(t, errNew)
+	require.True(t, Unavailable(errNew), "jetstream package: %v", errNew)
+	if errors.Is(errNew, jetstream.ErrNoStreamResponse) {
+		// The jetstream package replaces the client's ErrNoResponders with an error of its own that the NATS
+		// client's errors do not match: without it in Unavailable's list this was a rejection.
+		require.NotErrorIs(t, errNew, nats.ErrNoStreamResponse)
+		require.NotErrorIs(t, errNew, nats.ErrNoResponders)
+	}
+	legacy, err := nc.JetStream()
+	require.NoError(t, err)
+	_, errLegacy := legacy.Publish("s.a", []byte("x"), nats.AckWait(2*time.Second))
+	require.Error(t, errLegacy)
+	require.True(t, Unavailable(errLegacy), "legacy JetStream API: %v", errLegacy)
+	t.Logf("no leader, %s survived: jetstream package %q, legacy API %q", survivor.Name(), errNew, errLegacy)
+}
+
+func freePort(t *testing.T) int {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
 }
