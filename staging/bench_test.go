@@ -25,6 +25,8 @@ import (
 	"github.com/stagehand-es/stagehand/eventstore"
 	"github.com/stagehand-es/stagehand/internal/benchpair"
 	"github.com/stagehand-es/stagehand/internal/pgtest"
+	"github.com/stagehand-es/stagehand/internal/telemetry"
+	"github.com/stagehand-es/stagehand/internal/telemetry/telemetrytest"
 )
 
 func benchEnv(b *testing.B) *env {
@@ -145,28 +147,26 @@ func BenchmarkSaveTen(b *testing.B) {
 }
 
 // BenchmarkCommitToStaged measures, under EventuallyConsistent, the time from the append's commit to the commit of
-// its staging, and under Deferred, the time from the save's return to the row appearing in the outbox (the
+// its staging (the stagehand.stage span, which starts once the append has committed and ends with the staging's
+// commit), and under Deferred, the time from the save's return to the row appearing in the outbox (the
 // DeferredStager wakes on the event store's NOTIFY).
 func BenchmarkCommitToStaged(b *testing.B) {
 	const saves = 300
 	b.Run("eventually-consistent", func(b *testing.B) {
 		e := benchEnv(b)
 		ctx := context.Background()
-		var appended time.Time
-		r, st := e.repo(e.store, &Config{Strategy: EventuallyConsistent, Outbox: e.outbox})
-		st.hook = func(p string) {
-			if p == "appended" {
-				appended = time.Now()
-			}
-		}
-		var delays []time.Duration
+		rec := telemetrytest.New(b)
+		r, _ := e.traced(rec, EventuallyConsistent)
 		o := r.New(fmt.Sprintf("o-%d", benchSeq.Add(1)))
 		for range saves {
 			aggregate.Raise(o, OrderPlaced{Total: 1})
 			if err := r.Save(ctx, o); err != nil {
 				b.Fatal(err)
 			}
-			delays = append(delays, time.Since(appended))
+		}
+		var delays []time.Duration
+		for _, s := range rec.Spans(telemetry.SpanStage) {
+			delays = append(delays, s.EndTime.Sub(s.StartTime))
 		}
 		report(b, delays)
 	})

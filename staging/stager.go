@@ -43,10 +43,6 @@ type Config struct {
 	// TracerProvider creates the stagehand.stage span of each save's staging (a child of the repository's
 	// stagehand.save span). Default nil: the global provider (otel.GetTracerProvider).
 	TracerProvider trace.TracerProvider
-
-	// hook, when set (tests only), is called at the named points of a save so a child process can be killed
-	// exactly there.
-	hook func(point string)
 }
 
 // Stager implements aggregate.Stager with one resolved strategy. Give one to each repository through
@@ -58,7 +54,6 @@ type Stager struct {
 	mapping   *Mapping
 	logger    *slog.Logger
 	tracer    trace.Tracer
-	hook      func(string)
 	// reconciler is the outbox watermark of the Reconciler backing EventuallyConsistent.
 	reconciler string
 }
@@ -87,7 +82,7 @@ func New(store eventstore.Store, cfg *Config) (*Stager, error) {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	s := &Stager{requested: cfg.Strategy, outbox: cfg.Outbox, mapping: cfg.Mapping, logger: logger, hook: cfg.hook,
+	s := &Stager{requested: cfg.Strategy, outbox: cfg.Outbox, mapping: cfg.Mapping, logger: logger,
 		reconciler: workerName("reconciler", cfg.ReconcilerName), tracer: telemetry.Tracer(cfg.TracerProvider)}
 	missing := transactionalGaps(store, cfg.Outbox)
 	switch cfg.Strategy {
@@ -164,12 +159,6 @@ func (s *Stager) Strategy() Strategy { return s.strategy }
 // Requested returns the strategy the stager was configured with (possibly Auto).
 func (s *Stager) Requested() Strategy { return s.requested }
 
-func (s *Stager) at(point string) {
-	if s.hook != nil {
-		s.hook(point)
-	}
-}
-
 // Append implements aggregate.Stager. It names its strategy on the span in ctx (the repository's stagehand.save
 // span) and traces the staging it does as a stagehand.stage span, a child of it.
 func (s *Stager) Append(ctx context.Context, store eventstore.Store, batch aggregate.Batch) (
@@ -186,7 +175,6 @@ func (s *Stager) Append(ctx context.Context, store eventstore.Store, batch aggre
 		}
 		res, err := ts.AppendWith(ctx, batch.Request, func(ctx context.Context, tx pgx.Tx,
 			res eventstore.AppendResult) (err error) {
-			s.at("appended")
 			ctx, span := startStage(ctx, s.tracer, s.strategy, batch.Request)
 			var msgs []outbox.Message
 			defer func() { endStage(span, len(msgs), err) }()
@@ -197,7 +185,6 @@ func (s *Stager) Append(ctx context.Context, store eventstore.Store, batch aggre
 			if err := s.stage(ctx, tx, msgs, &outbox.StageOptions{NewIDs: true}); err != nil {
 				return err
 			}
-			s.at("staged")
 			return nil
 		})
 		if err != nil {
@@ -210,7 +197,6 @@ func (s *Stager) Append(ctx context.Context, store eventstore.Store, batch aggre
 		if err != nil {
 			return res, err
 		}
-		s.at("appended")
 		sctx, span := startStage(ctx, s.tracer, s.strategy, batch.Request)
 		n, err := s.stageAfterCommit(sctx, res.Records, batch.Events)
 		endStage(span, n, err)
@@ -251,7 +237,6 @@ func (s *Stager) appendQueued(ctx context.Context, store eventstore.QueuedAppend
 		if _, err := s.outbox.QueueStage(sctx, b, opts, msgs...); err != nil {
 			return err
 		}
-		s.at("staging")
 		return nil
 	})
 	if span != nil {
@@ -260,7 +245,6 @@ func (s *Stager) appendQueued(ctx context.Context, store eventstore.QueuedAppend
 	if err != nil {
 		return res, err
 	}
-	s.at("staged")
 	s.outbox.Notify()
 	return res, nil
 }
@@ -300,14 +284,6 @@ func (s *Stager) AppendTx(ctx context.Context, tx pgx.Tx, store eventstore.Trans
 func (s *Stager) stage(ctx context.Context, db outbox.DB, msgs []outbox.Message, opts *outbox.StageOptions) error {
 	if len(msgs) == 0 {
 		return nil
-	}
-	if s.hook != nil && len(msgs) > 1 { // tests: a crash point in the middle of staging
-		half := len(msgs) / 2
-		if err := s.stage(ctx, db, msgs[:half], opts); err != nil {
-			return err
-		}
-		s.at("staging")
-		msgs = msgs[half:]
 	}
 	b := &pgx.Batch{}
 	if _, err := s.outbox.QueueStage(ctx, b, opts, msgs...); err != nil {
@@ -355,7 +331,6 @@ func (s *Stager) stageAfterCommit(ctx context.Context, recs []eventstore.Record,
 	if err := s.stage(ctx, tx, msgs, &outbox.StageOptions{EndsTransaction: true}); err != nil {
 		return 0, err
 	}
-	s.at("staged")
 	if err := tx.Commit(ctx); err != nil {
 		return 0, fmt.Errorf("staging: commit: %w", err)
 	}

@@ -72,7 +72,6 @@ type Worker struct {
 	logger    *slog.Logger
 	tracer    trace.Tracer
 	strategy  Strategy // the strategy the worker stages for, as a span attribute
-	hook      func(string)
 }
 
 // NewDeferredStager returns the worker that stages for repositories using the Deferred strategy. It reads the
@@ -278,19 +277,8 @@ func (w *Worker) stage(ctx context.Context, tx pgx.Tx, recs []eventstore.Record,
 			return err
 		}
 	}
-	if w.hook != nil && len(msgs) > 1 {
-		half := len(msgs) / 2
-		if _, err := w.outbox.StageTx(ctx, tx, msgs[:half]...); err != nil {
-			return err
-		}
-		w.hook("staging")
-		msgs = msgs[half:]
-	}
 	if _, err := w.outbox.StageTx(ctx, tx, msgs...); err != nil {
 		return err
-	}
-	if w.hook != nil {
-		w.hook("staged")
 	}
 	return nil
 }
