@@ -110,6 +110,15 @@
 // handler that changes an aggregate does best with aggregate.Repository.UpdateTx on the inbox transaction, which
 // retries a conflict under a savepoint before it ever reaches the inbox.
 //
+// The inbox lives in this package, beside the producer side, on purpose. A consumer that produces messages stages
+// them in the outbox in the inbox's transaction (the Publisher a HandlerFunc receives), so every consumer that
+// produces anything needs this package anyway; an inbox dead letter is redriven by staging a copy in the outbox;
+// and the inbox tables share the outbox's migrations, schema, tenant rules and routine maintenance (retention of
+// handled entries and attempts runs in the same Maintainer pass as the sent ledger's). A package of its own would
+// import outbox for all of that and split one transaction's two halves across two packages. A consumer that
+// produces nothing still constructs an Outbox: it is a handle on the schema (no relay runs unless one is made) from which
+// NewInbox takes its pool, tables and settings.
+//
 // Inbox dead letters are listed, shown, redriven and discarded through Admin (InboxDeadLetters, InboxDeadLetter,
 // RedriveInboxDeadLetter(s), DiscardInboxDeadLetter) and the CLI. A redrive stages a copy of the message in this
 // outbox that only its handler handles, under the original message ID, so effects still apply once.

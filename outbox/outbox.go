@@ -124,6 +124,9 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Outbox, error) {
 	return o, nil
 }
 
+// Pool returns the pool the outbox was created with (it is never closed by the outbox).
+func (o *Outbox) Pool() *pgxpool.Pool { return o.pool }
+
 // Schema is the schema holding the outbox tables.
 func (o *Outbox) Schema() string { return o.schema }
 
