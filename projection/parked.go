@@ -2,8 +2,6 @@ package projection
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"time"
 
 	"github.com/google/uuid"
@@ -36,47 +34,39 @@ type ParkedEvent struct {
 	ReplayRequested bool
 }
 
+// parked is the projections' parked-event table.
+func parked(schema string) logfollow.Parked {
+	return logfollow.NewParked(schema, "projection_parked", "projection", true, ErrParkedNotFound, "projection")
+}
+
+func parkedEvent(e logfollow.ParkedEvent) ParkedEvent {
+	return ParkedEvent{ID: e.ID, Projection: e.Owner, Checkpoint: e.Checkpoint, Position: e.Position,
+		Tenant: e.Tenant, StreamID: e.StreamID, StreamType: e.StreamType, Version: e.Version, EventID: e.EventID,
+		EventType: e.EventType, Attempts: e.Attempts, LastError: e.LastError, ParkedAt: e.ParkedAt,
+		ReplayRequested: e.ReplayRequested}
+}
+
 // park records rec in the parked table, in the follower's transaction that moves the checkpoint past it.
-func (p *Projection) park(ctx context.Context, tx pgx.Tx, checkpoint string, failure *HandlerError) error {
-	rec := failure.Record
-	_, err := tx.Exec(ctx, `INSERT INTO `+p.parkedTable()+` AS pk (projection, checkpoint, position, tenant_id,
-			stream_id, stream_type, version, event_id, event_type, attempts, last_error)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
-		ON CONFLICT (projection, position) DO UPDATE SET attempts = pk.attempts + EXCLUDED.attempts,
-			last_error = EXCLUDED.last_error, parked_at = now()`,
-		p.cfg.Name, checkpoint, rec.Position, rec.Tenant, rec.StreamID, rec.StreamType, rec.Version, rec.EventID,
-		rec.Type, failure.Attempts, failure.Err.Error())
-	if err != nil {
-		return fmt.Errorf("projection %s: park event at position %d: %w", p.cfg.Name, rec.Position, err)
+func (p *Projection) park(ctx context.Context, tx pgx.Tx, checkpoint string, failure *logfollow.HandlerError) error {
+	if err := parked(p.cfg.Schema).Park(ctx, tx, p.cfg.Name, checkpoint, failure); err != nil {
+		return err
 	}
+	rec := failure.Record
 	p.cfg.Logger.WarnContext(ctx, "stagehand: projection parked an event", "position", rec.Position,
 		"event_type", rec.Type, "stream_id", rec.StreamID, "error", failure.Err)
 	return nil
 }
 
-func (p *Projection) parkedTable() string {
-	return pgx.Identifier{p.cfg.Schema, "projection_parked"}.Sanitize()
-}
-
 // ListParked returns the parked events of the projection name in schema ("" for every projection), oldest
 // position first.
 func ListParked(ctx context.Context, db DB, schema, name string) ([]ParkedEvent, error) {
-	rows, err := db.Query(ctx, `SELECT id, projection, checkpoint, position, tenant_id, stream_id, stream_type,
-			version, event_id, event_type, attempts, last_error, parked_at, replay_requested
-		FROM `+pgx.Identifier{schema, "projection_parked"}.Sanitize()+`
-		WHERE $1 = '' OR projection = $1 ORDER BY projection, position`, name)
+	evs, err := parked(schema).List(ctx, db, name)
 	if err != nil {
-		return nil, fmt.Errorf("projection: list parked events: %w", err)
+		return nil, err
 	}
-	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (ParkedEvent, error) {
-		var e ParkedEvent
-		err := r.Scan(&e.ID, &e.Projection, &e.Checkpoint, &e.Position, &e.Tenant, &e.StreamID, &e.StreamType,
-			&e.Version, &e.EventID, &e.EventType, &e.Attempts, &e.LastError, &e.ParkedAt, &e.ReplayRequested)
-		e.ParkedAt = e.ParkedAt.UTC()
-		return e, err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("projection: list parked events: %w", err)
+	out := make([]ParkedEvent, len(evs))
+	for i, e := range evs {
+		out[i] = parkedEvent(e)
 	}
 	return out, nil
 }
@@ -84,15 +74,7 @@ func ListParked(ctx context.Context, db DB, schema, name string) ([]ParkedEvent,
 // DiscardParked deletes a parked event without applying it (an operator's decision: it is then skipped for
 // good, and only by this explicit call). It returns ErrParkedNotFound when no such parked event exists.
 func DiscardParked(ctx context.Context, db DB, schema string, id int64) error {
-	tag, err := db.Exec(ctx, `DELETE FROM `+pgx.Identifier{schema, "projection_parked"}.Sanitize()+
-		` WHERE id = $1`, id)
-	if err != nil {
-		return fmt.Errorf("projection: discard parked event %d: %w", id, err)
-	}
-	if tag.RowsAffected() == 0 {
-		return fmt.Errorf("%w: %d", ErrParkedNotFound, id)
-	}
-	return nil
+	return parked(schema).Discard(ctx, db, id)
 }
 
 // Parked returns this projection's parked events.
@@ -105,42 +87,10 @@ func (p *Projection) Parked(ctx context.Context) ([]ParkedEvent, error) {
 // parked row records the new error, and the error is returned. The event is applied after events that came later
 // in the log (that is what parking means); handlers that care must be written for it.
 func (p *Projection) ReplayParked(ctx context.Context, id int64) error {
-	var pe ParkedEvent
-	err := p.pool.QueryRow(ctx, `SELECT position, projection FROM `+p.parkedTable()+` WHERE id = $1`, id).
-		Scan(&pe.Position, &pe.Projection)
-	if errors.Is(err, pgx.ErrNoRows) || (err == nil && pe.Projection != p.cfg.Name) {
-		return fmt.Errorf("%w: %d (projection %s)", ErrParkedNotFound, id, p.cfg.Name)
-	}
-	if err != nil {
-		return fmt.Errorf("projection %s: read parked event %d: %w", p.cfg.Name, id, err)
-	}
-	page, err := p.store.ReadLog(ctx, eventstore.LogQuery{After: pe.Position - 1, Limit: 1})
-	if err != nil {
-		return fmt.Errorf("projection %s: read event at position %d: %w", p.cfg.Name, pe.Position, err)
-	}
-	if len(page.Records) != 1 || page.Records[0].Position != pe.Position {
-		return fmt.Errorf("projection %s: the event at position %d is no longer in the log", p.cfg.Name,
-			pe.Position)
-	}
-	err = pgx.BeginFunc(ctx, p.pool, func(tx pgx.Tx) error {
-		tag, err := tx.Exec(ctx, `DELETE FROM `+p.parkedTable()+` WHERE id = $1`, id)
-		if err != nil {
-			return err
-		}
-		if tag.RowsAffected() == 0 {
-			return fmt.Errorf("%w: %d (replayed or discarded meanwhile)", ErrParkedNotFound, id)
-		}
-		return p.handle(ctx, tx, page.Records)
-	})
-	if err == nil || errors.Is(err, ErrParkedNotFound) {
-		return err
-	}
-	if _, uerr := p.pool.Exec(context.WithoutCancel(ctx), `UPDATE `+p.parkedTable()+`
-		SET attempts = attempts + 1, last_error = $2, replay_requested = false WHERE id = $1`, id,
-		err.Error()); uerr != nil {
-		p.cfg.Logger.WarnContext(ctx, "stagehand: could not record a replay failure", "id", id, "error", uerr)
-	}
-	return fmt.Errorf("projection %s: replay parked event %d: %w", p.cfg.Name, id, err)
+	return parked(p.cfg.Schema).Replay(ctx, p.pool, p.store, p.cfg.Name, id,
+		func(ctx context.Context, tx pgx.Tx, rec eventstore.Record) error {
+			return p.handle(ctx, tx, []eventstore.Record{rec})
+		})
 }
 
 // RequestReplay asks the processes running the projection name to replay its parked events ids (all of them
@@ -148,33 +98,10 @@ func (p *Projection) ReplayParked(ctx context.Context, id int64) error {
 // every PollInterval with ReplayParked: each is applied exactly once and leaves the parked table, or stays with
 // its new error and the request cleared. It returns how many events were marked.
 func RequestReplay(ctx context.Context, db DB, schema, name string, ids ...int64) (int64, error) {
-	tag, err := db.Exec(ctx, `UPDATE `+pgx.Identifier{schema, "projection_parked"}.Sanitize()+`
-		SET replay_requested = true WHERE projection = $1 AND (coalesce(cardinality($2::bigint[]), 0) = 0 OR id = ANY($2))`,
-		name, ids)
-	if err != nil {
-		return 0, fmt.Errorf("projection: request replay of parked events of %q: %w", name, err)
-	}
-	return tag.RowsAffected(), nil
+	return parked(schema).RequestReplay(ctx, db, name, ids...)
 }
 
 // replayRequested replays the parked events an operator asked for (RequestReplay), oldest first.
 func (p *Projection) replayRequested(ctx context.Context) {
-	rows, err := p.pool.Query(ctx, `SELECT id FROM `+p.parkedTable()+`
-		WHERE projection = $1 AND replay_requested ORDER BY position`, p.cfg.Name)
-	if err != nil {
-		if ctx.Err() == nil {
-			p.cfg.Logger.WarnContext(ctx, "stagehand: could not read replay requests", "error", err)
-		}
-		return
-	}
-	ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
-	if err != nil {
-		return
-	}
-	for _, id := range ids {
-		if err := p.ReplayParked(ctx, id); err != nil && !errors.Is(err, ErrParkedNotFound) && ctx.Err() == nil {
-			p.cfg.Logger.WarnContext(ctx, "stagehand: requested replay of a parked event failed", "id", id,
-				"error", err)
-		}
-	}
+	parked(p.cfg.Schema).ReplayRequested(ctx, p.pool, p.cfg.Name, p.cfg.Logger, p.ReplayParked)
 }

@@ -132,7 +132,7 @@ func New(pool *pgxpool.Pool, store eventstore.Store, h Handler, cfg *Config) (*P
 		if c.OnFailure == Park {
 			name := fc.Name
 			fc.OnExhausted = func(ctx context.Context, tx pgx.Tx, failure *logfollow.HandlerError) error {
-				return p.park(ctx, tx, name, handlerError(failure))
+				return p.park(ctx, tx, name, failure)
 			}
 		}
 		f, err := logfollow.New(pool, store, p.batchHandler(fc.Name), fc)
@@ -183,25 +183,9 @@ func (p *Projection) Run(ctx context.Context) error {
 	for _, f := range p.followers {
 		g.Go(func() error { return f.Run(gctx) })
 	}
-	replayCtx, stopReplay := context.WithCancel(gctx)
-	defer stopReplay()
-	replayDone := make(chan struct{})
-	go func() {
-		defer close(replayDone)
-		t := time.NewTicker(p.pollInterval())
-		defer t.Stop()
-		for {
-			select {
-			case <-replayCtx.Done():
-				return
-			case <-t.C:
-				p.replayRequested(replayCtx)
-			}
-		}
-	}()
+	stopReplay := logfollow.Every(gctx, p.pollInterval(), p.replayRequested)
 	err := g.Wait()
 	stopReplay()
-	<-replayDone
 	if herr := (*logfollow.HandlerError)(nil); errors.As(err, &herr) {
 		return handlerError(herr)
 	}

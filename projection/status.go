@@ -7,8 +7,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/stagehand-es/stagehand/eventstore"
 	"github.com/stagehand-es/stagehand/internal/logfollow"
 )
@@ -77,29 +75,15 @@ func listStatus(ctx context.Context, db DB, store eventstore.Store, schema, name
 	if err != nil {
 		return nil, fmt.Errorf("projection: status: %w", err)
 	}
-	parked := map[string]int{}
-	rows, err := db.Query(ctx, `SELECT checkpoint, count(*) FROM `+
-		pgx.Identifier{schema, "projection_parked"}.Sanitize()+` GROUP BY checkpoint`)
+	parkedBy, err := parked(schema).Counts(ctx, db, true)
 	if err != nil {
-		return nil, fmt.Errorf("projection: status: %w", err)
-	}
-	for rows.Next() {
-		var cp string
-		var n int
-		if err := rows.Scan(&cp, &n); err != nil {
-			rows.Close()
-			return nil, fmt.Errorf("projection: status: %w", err)
-		}
-		parked[cp] = n
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("projection: status: %w", err)
+		return nil, err
 	}
 	var out []Status
 	for _, c := range cps {
 		s := Status{Projection: c.ResetGroup, Checkpoint: c.Name, Partitions: 1, State: State(c.State),
 			Position: c.Position, LastError: c.LastError, LastErrorAt: c.LastErrorAt,
-			FailingPosition: c.FailingPosition, Attempts: c.Attempts, Parked: parked[c.Name],
+			FailingPosition: c.FailingPosition, Attempts: c.Attempts, Parked: parkedBy[c.Name],
 			Rebuilding: c.ResetRequested, Filter: c.Filter, Owner: c.Owner, LastEventAt: c.LastEventAt,
 			UpdatedAt: c.UpdatedAt}
 		if name != "" && s.Projection != name {

@@ -182,15 +182,9 @@ func (w *Worker) Run(ctx context.Context) error {
 	if err := w.outbox.RegisterWatermarkTx(ctx, w.outbox.Pool(), w.watermark, lag.Position); err != nil {
 		return fmt.Errorf("staging: %s: %w", w.name, err)
 	}
-	replayCtx, stopReplay := context.WithCancel(ctx)
-	replayDone := make(chan struct{})
-	go func() {
-		defer close(replayDone)
-		w.replayLoop(replayCtx, w.pollInterval())
-	}()
+	stopReplay := logfollow.Every(ctx, w.pollInterval(), w.replayRequested)
 	err = w.follower.Run(ctx)
 	stopReplay()
-	<-replayDone
 	return workerError(w.name, err)
 }
 

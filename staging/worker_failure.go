@@ -81,22 +81,9 @@ type WorkerStatus struct {
 func ListWorkerStatus(ctx context.Context, db DB, store eventstore.Store, schema string) (
 	[]WorkerStatus, error) {
 	var out []WorkerStatus
-	parked := map[string]int{}
-	rows, err := db.Query(ctx, `SELECT worker, count(*) FROM `+parkedTable(schema)+` GROUP BY worker`)
+	parkedBy, err := parked(schema).Counts(ctx, db, false)
 	if err != nil {
-		return nil, fmt.Errorf("staging: worker status: %w", err)
-	}
-	for rows.Next() {
-		var w string
-		var n int
-		if err := rows.Scan(&w, &n); err != nil {
-			rows.Close()
-			return nil, fmt.Errorf("staging: worker status: %w", err)
-		}
-		parked[w] = n
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("staging: worker status: %w", err)
+		return nil, err
 	}
 	for _, kind := range []string{"reconciler", "stager"} {
 		cps, err := logfollow.List(ctx, db, schema, kind)
@@ -106,7 +93,7 @@ func ListWorkerStatus(ctx context.Context, db DB, store eventstore.Store, schema
 		for _, c := range cps {
 			s := WorkerStatus{Name: c.Name, Kind: c.Kind, State: WorkerState(c.State), Position: c.Position,
 				LastError: c.LastError, LastErrorAt: c.LastErrorAt, FailingPosition: c.FailingPosition,
-				Attempts: c.Attempts, Parked: parked[c.Name], Owner: c.Owner, LastEventAt: c.LastEventAt,
+				Attempts: c.Attempts, Parked: parkedBy[c.Name], Owner: c.Owner, LastEventAt: c.LastEventAt,
 				UpdatedAt: c.UpdatedAt}
 			if store != nil {
 				lag, err := logfollow.LagAt(ctx, store, c.Position, time.Now())
@@ -139,26 +126,23 @@ type ParkedWork struct {
 	ReplayRequested bool
 }
 
-func parkedTable(schema string) string { return pgx.Identifier{schema, "staging_parked"}.Sanitize() }
+// parked is the staging workers' parked-event table.
+func parked(schema string) logfollow.Parked {
+	return logfollow.NewParked(schema, "staging_parked", "worker", false, ErrParkedNotFound, "staging")
+}
 
 // ListParkedWork returns the parked events of worker ("stager:NAME" or "reconciler:NAME"; "" for every worker) in
 // schema, oldest position first.
 func ListParkedWork(ctx context.Context, db DB, schema, worker string) ([]ParkedWork, error) {
-	rows, err := db.Query(ctx, `SELECT id, worker, position, tenant_id, stream_id, stream_type, version, event_id,
-			event_type, attempts, last_error, parked_at, replay_requested
-		FROM `+parkedTable(schema)+` WHERE $1 = '' OR worker = $1 ORDER BY worker, position`, worker)
+	evs, err := parked(schema).List(ctx, db, worker)
 	if err != nil {
-		return nil, fmt.Errorf("staging: list parked events: %w", err)
+		return nil, err
 	}
-	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (ParkedWork, error) {
-		var e ParkedWork
-		err := r.Scan(&e.ID, &e.Worker, &e.Position, &e.Tenant, &e.StreamID, &e.StreamType, &e.Version,
-			&e.EventID, &e.EventType, &e.Attempts, &e.LastError, &e.ParkedAt, &e.ReplayRequested)
-		e.ParkedAt = e.ParkedAt.UTC()
-		return e, err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("staging: list parked events: %w", err)
+	out := make([]ParkedWork, len(evs))
+	for i, e := range evs {
+		out[i] = ParkedWork{ID: e.ID, Worker: e.Owner, Position: e.Position, Tenant: e.Tenant, StreamID: e.StreamID,
+			StreamType: e.StreamType, Version: e.Version, EventID: e.EventID, EventType: e.EventType,
+			Attempts: e.Attempts, LastError: e.LastError, ParkedAt: e.ParkedAt, ReplayRequested: e.ReplayRequested}
 	}
 	return out, nil
 }
@@ -166,14 +150,7 @@ func ListParkedWork(ctx context.Context, db DB, schema, worker string) ([]Parked
 // DiscardParkedWork deletes a parked event without staging it (an operator's decision). It returns
 // ErrParkedNotFound when no such parked event exists.
 func DiscardParkedWork(ctx context.Context, db DB, schema string, id int64) error {
-	tag, err := db.Exec(ctx, `DELETE FROM `+parkedTable(schema)+` WHERE id = $1`, id)
-	if err != nil {
-		return fmt.Errorf("staging: discard parked event %d: %w", id, err)
-	}
-	if tag.RowsAffected() == 0 {
-		return fmt.Errorf("%w: %d", ErrParkedNotFound, id)
-	}
-	return nil
+	return parked(schema).Discard(ctx, db, id)
 }
 
 // RequestReplayWork asks the process running worker to replay its parked events ids (all when ids is empty),
@@ -181,27 +158,15 @@ func DiscardParkedWork(ctx context.Context, db DB, schema string, id int64) erro
 // staged once and leaves the list, or stays with its new error and the request cleared. It returns how many
 // events were marked.
 func RequestReplayWork(ctx context.Context, db DB, schema, worker string, ids ...int64) (int64, error) {
-	tag, err := db.Exec(ctx, `UPDATE `+parkedTable(schema)+` SET replay_requested = true
-		WHERE worker = $1 AND (coalesce(cardinality($2::bigint[]), 0) = 0 OR id = ANY($2))`, worker, ids)
-	if err != nil {
-		return 0, fmt.Errorf("staging: request replay of parked events of %q: %w", worker, err)
-	}
-	return tag.RowsAffected(), nil
+	return parked(schema).RequestReplay(ctx, db, worker, ids...)
 }
 
 // park records the failed event in the parked list, in the transaction that moves the checkpoint past it.
 func (w *Worker) park(ctx context.Context, tx pgx.Tx, failure *logfollow.HandlerError) error {
-	rec := failure.Record
-	_, err := tx.Exec(ctx, `INSERT INTO `+parkedTable(w.schema)+` AS pk (worker, position, tenant_id, stream_id,
-			stream_type, version, event_id, event_type, attempts, last_error)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
-		ON CONFLICT (worker, position) DO UPDATE SET attempts = pk.attempts + EXCLUDED.attempts,
-			last_error = EXCLUDED.last_error, parked_at = now()`,
-		w.name, rec.Position, rec.Tenant, rec.StreamID, rec.StreamType, rec.Version, rec.EventID, rec.Type,
-		failure.Attempts, failure.Err.Error())
-	if err != nil {
-		return fmt.Errorf("staging: %s: park event at position %d: %w", w.name, rec.Position, err)
+	if err := parked(w.schema).Park(ctx, tx, w.name, "", failure); err != nil {
+		return err
 	}
+	rec := failure.Record
 	w.logger.WarnContext(ctx, "stagehand: staging worker parked an event", "worker", w.name,
 		"position", rec.Position, "event_type", rec.Type, "stream_id", rec.StreamID, "error", failure.Err)
 	return nil
@@ -216,79 +181,15 @@ func (w *Worker) Parked(ctx context.Context) ([]ParkedWork, error) {
 // its messages are staged once and it is no longer parked; on failure nothing is staged, the parked row records
 // the new error, and the error is returned.
 func (w *Worker) ReplayParked(ctx context.Context, id int64) error {
-	pool := w.outbox.Pool()
-	var pos int64
-	var worker string
-	err := pool.QueryRow(ctx, `SELECT position, worker FROM `+parkedTable(w.schema)+` WHERE id = $1`, id).
-		Scan(&pos, &worker)
-	if errors.Is(err, pgx.ErrNoRows) || (err == nil && worker != w.name) {
-		return fmt.Errorf("%w: %d (worker %s)", ErrParkedNotFound, id, w.name)
-	}
-	if err != nil {
-		return fmt.Errorf("staging: %s: read parked event %d: %w", w.name, id, err)
-	}
-	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-		page, err := w.store.ReadLog(ctx, eventstore.LogQuery{After: pos - 1, Limit: 1})
-		if err != nil {
-			return fmt.Errorf("read event at position %d: %w", pos, err)
-		}
-		if len(page.Records) != 1 || page.Records[0].Position != pos {
-			return fmt.Errorf("the event at position %d is no longer in the log", pos)
-		}
-		tag, err := tx.Exec(ctx, `DELETE FROM `+parkedTable(w.schema)+` WHERE id = $1`, id)
-		if err != nil {
-			return err
-		}
-		if tag.RowsAffected() == 0 {
-			return fmt.Errorf("%w: %d (replayed or discarded meanwhile)", ErrParkedNotFound, id)
-		}
-		return w.stage(ctx, tx, page.Records, false)
-	})
-	if err == nil || errors.Is(err, ErrParkedNotFound) {
-		return err
-	}
-	if _, uerr := pool.Exec(context.WithoutCancel(ctx), `UPDATE `+parkedTable(w.schema)+`
-		SET attempts = attempts + 1, last_error = $2, replay_requested = false WHERE id = $1`, id,
-		err.Error()); uerr != nil {
-		w.logger.WarnContext(ctx, "stagehand: could not record a replay failure", "id", id, "error", uerr)
-	}
-	return fmt.Errorf("staging: %s: replay parked event %d: %w", w.name, id, err)
+	return parked(w.schema).Replay(ctx, w.outbox.Pool(), w.store, w.name, id,
+		func(ctx context.Context, tx pgx.Tx, rec eventstore.Record) error {
+			return w.stage(ctx, tx, []eventstore.Record{rec}, false)
+		})
 }
 
 // replayRequested replays the parked events an operator asked for (RequestReplayWork), oldest first.
 func (w *Worker) replayRequested(ctx context.Context) {
-	rows, err := w.outbox.Pool().Query(ctx, `SELECT id FROM `+parkedTable(w.schema)+`
-		WHERE worker = $1 AND replay_requested ORDER BY position`, w.name)
-	if err != nil {
-		if ctx.Err() == nil {
-			w.logger.WarnContext(ctx, "stagehand: could not read replay requests", "worker", w.name, "error", err)
-		}
-		return
-	}
-	ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
-	if err != nil {
-		return
-	}
-	for _, id := range ids {
-		if err := w.ReplayParked(ctx, id); err != nil && !errors.Is(err, ErrParkedNotFound) && ctx.Err() == nil {
-			w.logger.WarnContext(ctx, "stagehand: requested replay of a parked event failed", "worker", w.name,
-				"id", id, "error", err)
-		}
-	}
-}
-
-// replayLoop runs replayRequested every interval until ctx ends.
-func (w *Worker) replayLoop(ctx context.Context, interval time.Duration) {
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			w.replayRequested(ctx)
-		}
-	}
+	parked(w.schema).ReplayRequested(ctx, w.outbox.Pool(), w.name, w.logger, w.ReplayParked)
 }
 
 func workerError(name string, err error) error {

@@ -1,0 +1,250 @@
+package logfollow
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/stagehand-es/stagehand/eventstore"
+)
+
+// Parked is one table of parked events: the events a follower set aside (its OnExhausted) after handling them
+// kept failing, in the transaction that moved its checkpoint past them, so each is handled, parked or still ahead,
+// never skipped. Projections (projection_parked, owned by projection name, with the parking checkpoint) and the
+// staging workers (staging_parked, owned by worker name) each have one; both are laid out alike but for their
+// owner column.
+type Parked struct {
+	table      string // the sanitized table name
+	owner      string // the owner column ("projection", "worker")
+	checkpoint bool   // the table records the checkpoint (partition) that parked each event
+	notFound   error  // the owner package's sentinel for an unknown ID
+	label      string // what error messages start with ("projection", "staging")
+}
+
+// NewParked returns the parked-event table table in schema, whose owner column is owner (and which has a
+// checkpoint column when checkpoint is true). Errors for an unknown ID match notFound; error messages start with
+// label.
+func NewParked(schema, table, owner string, checkpoint bool, notFound error, label string) Parked {
+	return Parked{table: pgx.Identifier{schema, table}.Sanitize(), owner: owner, checkpoint: checkpoint,
+		notFound: notFound, label: label}
+}
+
+// ParkedEvent is one row of a parked-event table.
+type ParkedEvent struct {
+	ID    int64
+	Owner string
+	// Checkpoint is the checkpoint that parked the event ("" for a table without one).
+	Checkpoint string
+	Position   int64
+	Tenant     string
+	StreamID   string
+	StreamType string
+	Version    int64
+	EventID    uuid.UUID
+	EventType  string
+	Attempts   int
+	LastError  string
+	ParkedAt   time.Time
+	// ReplayRequested is true between RequestReplay and the replay attempt.
+	ReplayRequested bool
+}
+
+// Park records the event failure gave up on, for owner (parked by checkpoint), in tx: the follower's transaction
+// that moves the checkpoint past it. An event parked again adds its attempts and replaces the last error.
+func (p Parked) Park(ctx context.Context, tx pgx.Tx, owner, checkpoint string, failure *HandlerError) error {
+	rec := failure.Record
+	cols := []string{p.owner}
+	args := []any{owner}
+	if p.checkpoint {
+		cols, args = append(cols, "checkpoint"), append(args, checkpoint)
+	}
+	cols = append(cols, "position", "tenant_id", "stream_id", "stream_type", "version", "event_id", "event_type",
+		"attempts", "last_error")
+	args = append(args, rec.Position, rec.Tenant, rec.StreamID, rec.StreamType, rec.Version, rec.EventID,
+		rec.Type, failure.Attempts, failure.Err.Error())
+	placeholders := make([]string, len(args))
+	for i := range args {
+		placeholders[i] = "$" + strconv.Itoa(i+1)
+	}
+	_, err := tx.Exec(ctx, `INSERT INTO `+p.table+` AS pk (`+strings.Join(cols, ", ")+`)
+		VALUES (`+strings.Join(placeholders, ", ")+`)
+		ON CONFLICT (`+p.owner+`, position) DO UPDATE SET attempts = pk.attempts + EXCLUDED.attempts,
+			last_error = EXCLUDED.last_error, parked_at = now()`, args...)
+	if err != nil {
+		return fmt.Errorf("%s: %s: park event at position %d: %w", p.label, owner, rec.Position, err)
+	}
+	return nil
+}
+
+// List returns the parked events of owner ("" for every owner), by owner and then oldest position first.
+func (p Parked) List(ctx context.Context, db DB, owner string) ([]ParkedEvent, error) {
+	checkpoint := "''"
+	if p.checkpoint {
+		checkpoint = "checkpoint"
+	}
+	rows, err := db.Query(ctx, `SELECT id, `+p.owner+`, `+checkpoint+`, position, tenant_id, stream_id,
+			stream_type, version, event_id, event_type, attempts, last_error, parked_at, replay_requested
+		FROM `+p.table+` WHERE $1 = '' OR `+p.owner+` = $1 ORDER BY `+p.owner+`, position`, owner)
+	if err != nil {
+		return nil, fmt.Errorf("%s: list parked events: %w", p.label, err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (ParkedEvent, error) {
+		var e ParkedEvent
+		err := r.Scan(&e.ID, &e.Owner, &e.Checkpoint, &e.Position, &e.Tenant, &e.StreamID, &e.StreamType,
+			&e.Version, &e.EventID, &e.EventType, &e.Attempts, &e.LastError, &e.ParkedAt, &e.ReplayRequested)
+		e.ParkedAt = e.ParkedAt.UTC()
+		return e, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("%s: list parked events: %w", p.label, err)
+	}
+	return out, nil
+}
+
+// Counts returns how many events are parked per owner, or per checkpoint when byCheckpoint (a table with a
+// checkpoint column).
+func (p Parked) Counts(ctx context.Context, db DB, byCheckpoint bool) (map[string]int, error) {
+	col := p.owner
+	if byCheckpoint && p.checkpoint {
+		col = "checkpoint"
+	}
+	rows, err := db.Query(ctx, `SELECT `+col+`, count(*) FROM `+p.table+` GROUP BY `+col)
+	if err != nil {
+		return nil, fmt.Errorf("%s: count parked events: %w", p.label, err)
+	}
+	out := map[string]int{}
+	var name string
+	var n int
+	if _, err := pgx.ForEachRow(rows, []any{&name, &n}, func() error { out[name] = n; return nil }); err != nil {
+		return nil, fmt.Errorf("%s: count parked events: %w", p.label, err)
+	}
+	return out, nil
+}
+
+// Discard deletes the parked event id without handling it (an operator's decision). An unknown id is an error
+// matching the table's not-found sentinel.
+func (p Parked) Discard(ctx context.Context, db DB, id int64) error {
+	tag, err := db.Exec(ctx, `DELETE FROM `+p.table+` WHERE id = $1`, id)
+	if err != nil {
+		return fmt.Errorf("%s: discard parked event %d: %w", p.label, id, err)
+	}
+	if tag.RowsAffected() == 0 {
+		return fmt.Errorf("%w: %d", p.notFound, id)
+	}
+	return nil
+}
+
+// RequestReplay marks owner's parked events ids (all of them when ids is empty) for the process running owner to
+// replay (ReplayRequested), and returns how many it marked.
+func (p Parked) RequestReplay(ctx context.Context, db DB, owner string, ids ...int64) (int64, error) {
+	tag, err := db.Exec(ctx, `UPDATE `+p.table+` SET replay_requested = true
+		WHERE `+p.owner+` = $1 AND (coalesce(cardinality($2::bigint[]), 0) = 0 OR id = ANY($2))`, owner, ids)
+	if err != nil {
+		return 0, fmt.Errorf("%s: request replay of parked events of %q: %w", p.label, owner, err)
+	}
+	return tag.RowsAffected(), nil
+}
+
+// Beginner starts transactions: *pgxpool.Pool and *pgx.Conn satisfy it.
+type Beginner interface {
+	DB
+	Begin(ctx context.Context) (pgx.Tx, error)
+}
+
+// Replay handles owner's parked event id again: it reads the event from store and calls handle with it in a
+// transaction that deletes the parked row. On success the event is handled once and no longer parked; on failure
+// nothing of handle's is kept, the parked row records one more attempt and the new error (and its replay request
+// is cleared), and the error is returned. An id that is unknown or owned by another owner is an error matching
+// the table's not-found sentinel.
+func (p Parked) Replay(ctx context.Context, db Beginner, store eventstore.Store, owner string, id int64,
+	handle func(ctx context.Context, tx pgx.Tx, rec eventstore.Record) error) error {
+	var pos int64
+	var holder string
+	err := db.QueryRow(ctx, `SELECT position, `+p.owner+` FROM `+p.table+` WHERE id = $1`, id).Scan(&pos, &holder)
+	if errors.Is(err, pgx.ErrNoRows) || (err == nil && holder != owner) {
+		return fmt.Errorf("%w: %d (%s %s)", p.notFound, id, p.owner, owner)
+	}
+	if err != nil {
+		return fmt.Errorf("%s: %s: read parked event %d: %w", p.label, owner, id, err)
+	}
+	err = pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
+		page, err := store.ReadLog(ctx, eventstore.LogQuery{After: pos - 1, Limit: 1})
+		if err != nil {
+			return fmt.Errorf("read event at position %d: %w", pos, err)
+		}
+		if len(page.Records) != 1 || page.Records[0].Position != pos {
+			return fmt.Errorf("the event at position %d is no longer in the log", pos)
+		}
+		tag, err := tx.Exec(ctx, `DELETE FROM `+p.table+` WHERE id = $1`, id)
+		if err != nil {
+			return err
+		}
+		if tag.RowsAffected() == 0 {
+			return fmt.Errorf("%w: %d (replayed or discarded meanwhile)", p.notFound, id)
+		}
+		return handle(ctx, tx, page.Records[0])
+	})
+	if err == nil || errors.Is(err, p.notFound) {
+		return err
+	}
+	if _, uerr := db.Exec(context.WithoutCancel(ctx), `UPDATE `+p.table+`
+		SET attempts = attempts + 1, last_error = $2, replay_requested = false WHERE id = $1`, id,
+		err.Error()); uerr != nil {
+		return fmt.Errorf("%s: %s: replay parked event %d: %w (and its failure could not be recorded: %w)",
+			p.label, owner, id, err, uerr)
+	}
+	return fmt.Errorf("%s: %s: replay parked event %d: %w", p.label, owner, id, err)
+}
+
+// ReplayRequested replays, oldest first, owner's parked events an operator asked for (RequestReplay), each through
+// replay (the owner's Replay). Failures are logged; a replayed event that failed again stays parked with its
+// request cleared.
+func (p Parked) ReplayRequested(ctx context.Context, db DB, owner string, logger *slog.Logger,
+	replay func(ctx context.Context, id int64) error) {
+	rows, err := db.Query(ctx, `SELECT id FROM `+p.table+` WHERE `+p.owner+` = $1 AND replay_requested
+		ORDER BY position`, owner)
+	if err != nil {
+		if ctx.Err() == nil {
+			logger.WarnContext(ctx, "stagehand: could not read replay requests", p.owner, owner, "error", err)
+		}
+		return
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil {
+		return
+	}
+	for _, id := range ids {
+		if err := replay(ctx, id); err != nil && !errors.Is(err, p.notFound) && ctx.Err() == nil {
+			logger.WarnContext(ctx, "stagehand: requested replay of a parked event failed", p.owner, owner,
+				"id", id, "error", err)
+		}
+	}
+}
+
+// Every runs fn every interval until ctx ends, in a goroutine of its own, and returns a function that stops it
+// and waits for it to return: the replay loop that a follower's owner runs beside the follower.
+func Every(ctx context.Context, interval time.Duration, fn func(ctx context.Context)) (stop func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(interval)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				fn(ctx)
+			}
+		}
+	}()
+	return func() { cancel(); <-done }
+}
