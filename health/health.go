@@ -417,31 +417,45 @@ func (c *Checker) followed(key string, now time.Time, position, lag int64) time.
 func (c *Checker) checkProjections(ctx context.Context, now time.Time) []Component {
 	sts, err := c.cfg.Projections(ctx)
 	if err != nil {
-		v := verdict{name: "projections"}
-		v.add(Unhealthy, "cannot read the projections' status: %v", err)
-		return []Component{{Name: v.name, Status: v.status, Reasons: v.reasons}}
+		return []Component{unreadable("projections", "cannot read the projections' status: %v", err)}
 	}
 	out := make([]Component, 0, len(sts))
 	for _, s := range sts {
-		v := verdict{name: "projection:" + s.Checkpoint}
-		idle := c.followed(v.name, now, s.Position, s.Lag)
-		d := FollowerDetails{State: string(s.State), Position: s.Position, Head: s.Head, Lag: s.Lag,
-			TimeLag: Duration(s.TimeLag), LastError: s.LastError, FailingPosition: s.FailingPosition,
-			Parked: s.Parked, Inactive: Duration(idle)}
-		if s.State == projection.Failed {
-			v.add(Unhealthy, "failed: %s", s.LastError)
-		}
-		c.inactive(&v, idle, "%s, %d positions behind (oldest waiting %s), position %d has not moved for %s",
-			s.State, s.Lag, s.TimeLag.Round(time.Second), s.Position, idle.Round(time.Second))
-		if s.FailingPosition > 0 {
-			v.add(Degraded, "retrying position %d (%d attempts): %s", s.FailingPosition, s.Attempts, s.LastError)
-		}
-		if c.cfg.DeadLetters > 0 && int64(s.Parked) >= c.cfg.DeadLetters {
-			v.add(Degraded, "%d parked events wait to be replayed", s.Parked)
-		}
-		out = append(out, Component{Name: v.name, Status: v.status, Reasons: v.reasons, Follower: &d})
+		out = append(out, c.judgeFollower(now, "projection:"+s.Checkpoint, s.State == projection.Failed, s.Attempts,
+			FollowerDetails{State: string(s.State), Position: s.Position, Head: s.Head, Lag: s.Lag,
+				TimeLag: Duration(s.TimeLag), LastError: s.LastError, FailingPosition: s.FailingPosition,
+				Parked: s.Parked}))
 	}
 	return out
+}
+
+// judgeFollower gives the verdict on one log follower (a projection's checkpoint or a staging worker) from its
+// status as read from the database: failed is Unhealthy, a follower that does not move while behind is judged by
+// the inactivity thresholds, and an event being retried or parked events past the DeadLetters threshold are
+// Degraded.
+func (c *Checker) judgeFollower(now time.Time, name string, failed bool, attempts int, d FollowerDetails) Component {
+	v := verdict{name: name}
+	idle := c.followed(name, now, d.Position, d.Lag)
+	d.Inactive = Duration(idle)
+	if failed {
+		v.add(Unhealthy, "failed: %s", d.LastError)
+	}
+	c.inactive(&v, idle, "%s, %d positions behind (oldest waiting %s), position %d has not moved for %s",
+		d.State, d.Lag, time.Duration(d.TimeLag).Round(time.Second), d.Position, idle.Round(time.Second))
+	if d.FailingPosition > 0 && !failed {
+		v.add(Degraded, "retrying position %d (%d attempts): %s", d.FailingPosition, attempts, d.LastError)
+	}
+	if c.cfg.DeadLetters > 0 && int64(d.Parked) >= c.cfg.DeadLetters {
+		v.add(Degraded, "%d parked events wait to be replayed", d.Parked)
+	}
+	return Component{Name: v.name, Status: v.status, Reasons: v.reasons, Follower: &d}
+}
+
+// unreadable is the Unhealthy component name whose status could not be read.
+func unreadable(name, format string, err error) Component {
+	v := verdict{name: name}
+	v.add(Unhealthy, format, err)
+	return Component{Name: v.name, Status: v.status, Reasons: v.reasons}
 }
 
 func (c *Checker) checkWorker(ctx context.Context, now time.Time, w Worker) Component {
@@ -506,29 +520,14 @@ func (c *Checker) Run(ctx context.Context, interval time.Duration) error {
 func (c *Checker) checkWorkerStatus(ctx context.Context, now time.Time) []Component {
 	sts, err := c.cfg.WorkerStatus(ctx)
 	if err != nil {
-		v := verdict{name: "workers"}
-		v.add(Unhealthy, "cannot read the staging workers' status: %v", err)
-		return []Component{{Name: v.name, Status: v.status, Reasons: v.reasons}}
+		return []Component{unreadable("workers", "cannot read the staging workers' status: %v", err)}
 	}
 	out := make([]Component, 0, len(sts))
 	for _, s := range sts {
-		v := verdict{name: "worker:" + s.Name}
-		idle := c.followed(v.name, now, s.Position, s.Lag)
-		d := FollowerDetails{State: string(s.State), Position: s.Position, Head: s.Head, Lag: s.Lag,
-			TimeLag: Duration(s.TimeLag), LastError: s.LastError, FailingPosition: s.FailingPosition,
-			Parked: s.Parked, Inactive: Duration(idle)}
-		if s.State == staging.WorkerFailed {
-			v.add(Unhealthy, "failed: %s", s.LastError)
-		}
-		c.inactive(&v, idle, "%s, %d positions behind (oldest waiting %s), position %d has not moved for %s",
-			s.State, s.Lag, s.TimeLag.Round(time.Second), s.Position, idle.Round(time.Second))
-		if s.FailingPosition > 0 && s.State != staging.WorkerFailed {
-			v.add(Degraded, "retrying position %d (%d attempts): %s", s.FailingPosition, s.Attempts, s.LastError)
-		}
-		if c.cfg.DeadLetters > 0 && int64(s.Parked) >= c.cfg.DeadLetters {
-			v.add(Degraded, "%d parked events wait to be replayed", s.Parked)
-		}
-		out = append(out, Component{Name: v.name, Status: v.status, Reasons: v.reasons, Follower: &d})
+		out = append(out, c.judgeFollower(now, "worker:"+s.Name, s.State == staging.WorkerFailed, s.Attempts,
+			FollowerDetails{State: string(s.State), Position: s.Position, Head: s.Head, Lag: s.Lag,
+				TimeLag: Duration(s.TimeLag), LastError: s.LastError, FailingPosition: s.FailingPosition,
+				Parked: s.Parked}))
 	}
 	return out
 }
