@@ -336,29 +336,31 @@ func (b *natsBroker) readStored(ctx context.Context, fn func(storedCopy) error) 
 		return fmt.Errorf("faultsuite: the stream starts at sequence %d: messages were removed from it",
 			info.State.FirstSeq)
 	}
-	var cons jetstream.Consumer
-	for attempt := 0; ; attempt++ { // a cluster whose nodes just came back answers 503 for a moment
-		cons, err = stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{
-			DeliverPolicy: jetstream.DeliverAllPolicy})
-		if err == nil || !natsjs.Unavailable(err) || attempt == 100 {
-			break
-		}
-		if err := sleep(ctx, 200*time.Millisecond); err != nil {
-			return err
-		}
-	}
-	if err != nil {
-		return fmt.Errorf("faultsuite: nats: ordered consumer: %w", err)
-	}
 	var read, lastSeq uint64
+	cons, err := orderedFrom(ctx, stream, 1)
+	if err != nil {
+		return err
+	}
 	deadline := time.Now().Add(5 * time.Minute)
+	var stalledSince time.Time // the first of a run of fetches that brought nothing
 	for read < info.State.Msgs {
 		if time.Now().After(deadline) {
 			return fmt.Errorf("faultsuite: read %d of %d stream messages in 5 minutes", read, info.State.Msgs)
 		}
+		if !stalledSince.IsZero() && time.Since(stalledSince) > 10*time.Second {
+			// A cluster whose nodes came back can leave an ordered consumer without a server side for good: start
+			// a new one after the last message read.
+			if cons, err = orderedFrom(ctx, stream, lastSeq+1); err != nil {
+				return err
+			}
+			stalledSince = time.Time{}
+		}
 		batch, err := cons.Fetch(int(min(1000, info.State.Msgs-read)), jetstream.FetchMaxWait(5*time.Second))
 		if errors.Is(err, nats.ErrNoResponders) {
 			// In a cluster the ordered consumer's first fetch can come before the consumer is up on its node.
+			if stalledSince.IsZero() {
+				stalledSince = time.Now()
+			}
 			if err := sleep(ctx, 200*time.Millisecond); err != nil {
 				return err
 			}
@@ -367,6 +369,7 @@ func (b *natsBroker) readStored(ctx context.Context, fn func(storedCopy) error) 
 		if err != nil {
 			return fmt.Errorf("faultsuite: nats: fetch: %w", err)
 		}
+		before := read
 		for msg := range batch.Messages() {
 			meta, err := msg.Metadata()
 			if err != nil {
@@ -385,8 +388,32 @@ func (b *natsBroker) readStored(ctx context.Context, fn func(storedCopy) error) 
 		if err := batch.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) {
 			return fmt.Errorf("faultsuite: nats: fetch: %w", err)
 		}
+		switch {
+		case read > before:
+			stalledSince = time.Time{}
+		case stalledSince.IsZero():
+			stalledSince = time.Now()
+		}
 	}
 	return nil
+}
+
+// orderedFrom returns an ordered consumer of stream starting at sequence seq, retrying while a cluster whose
+// nodes just came back answers that it is unavailable.
+func orderedFrom(ctx context.Context, stream jetstream.Stream, seq uint64) (jetstream.Consumer, error) {
+	cfg := jetstream.OrderedConsumerConfig{DeliverPolicy: jetstream.DeliverByStartSequencePolicy, OptStartSeq: seq}
+	for attempt := 0; ; attempt++ {
+		cons, err := stream.OrderedConsumer(ctx, cfg)
+		if err == nil {
+			return cons, nil
+		}
+		if !natsjs.Unavailable(err) || attempt == 100 {
+			return nil, fmt.Errorf("faultsuite: nats: ordered consumer: %w", err)
+		}
+		if err := sleep(ctx, 200*time.Millisecond); err != nil {
+			return nil, err
+		}
+	}
 }
 
 // newNATSPublisher is a relay process's JetStream publisher. It connects in the background when the broker is
