@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -321,12 +322,14 @@ func appendArgs(req AppendRequest) ([]any, layout, error) {
 	switch {
 	case n == 1:
 		l = single
-		args = []any{req.Tenant, req.StreamID, req.StreamType, first.EventID.String(), first.Type,
+		args = []any{req.Tenant, req.StreamID, req.StreamType, first.EventID, first.Type,
 			string(first.Payload), int32(first.TypeVersion), metas[0], first.OccurredAt}
 	default:
-		ids, types, payloads := make([]string, n), make([]string, n), make([]string, n)
+		// Event IDs as uuid.UUID, not strings: pgx encodes those in binary, while strings for a uuid[] parameter
+		// first fail the binary encoding (building an error) and then go as text.
+		ids, types, payloads := make([]uuid.UUID, n), make([]string, n), make([]string, n)
 		for i, e := range req.Events {
-			ids[i], types[i], payloads[i] = e.EventID.String(), e.Type, string(e.Payload)
+			ids[i], types[i], payloads[i] = e.EventID, e.Type, string(e.Payload)
 		}
 		if same {
 			l = uniform
