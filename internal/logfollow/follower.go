@@ -191,35 +191,8 @@ func (f *Follower) loop(ctx context.Context, l lease.Lease, p *progress, notifie
 			page, err = f.readLog(ctx, p.pos)
 		}
 		if err != nil {
-			var rerr *eventstore.RecordError
-			if errors.As(err, &rerr) && rerr.Record.Position > p.pos && f.cfg.Select != nil &&
-				!f.cfg.Select(rerr.Record) {
-				// Not this follower's event (another partition's): pass it without reading it.
-				switch err := f.commit(ctx, l, p, &txBatch{last: rerr.Record.Position}, &pf); {
-				case err == nil:
-					p.pos = rerr.Record.Position
-				case errors.Is(err, lease.ErrFenced):
-					return err
-				case errors.Is(err, errMoved):
-					p.reload = true
-				default:
-					if !f.pause(ctx, p, err, "commit") {
-						return nil
-					}
-				}
-				continue
-			}
-			if errors.As(err, &rerr) && rerr.Record.Position > p.pos {
-				// The next event cannot be read at all: it fails like a handler that can never succeed on it,
-				// so the follower's failure mode applies (stop naming it, or give up on it and go on).
-				if stop := f.failed(ctx, l, p, []eventstore.Record{rerr.Record},
-					&handlerFailure{err: stagehand.Permanent(err)}); stop != nil {
-					return stop
-				}
-				continue
-			}
-			if !f.pause(ctx, p, err, "read log") {
-				return nil
+			if done, stop := f.readFailed(ctx, l, p, err, &pf); done {
+				return stop
 			}
 			continue
 		}
@@ -234,28 +207,53 @@ func (f *Follower) loop(ctx context.Context, l lease.Lease, p *progress, notifie
 		if b.full {
 			pf = f.prefetch(ctx, last) // a full page: more is probably waiting
 		}
-		err = f.commit(ctx, l, p, b, &pf)
-		recs, last = b.recs, b.last
-		switch {
-		case err == nil:
-			p.pos, p.infraDelay = last, 0
-			if p.failPos != 0 && p.failPos <= last {
-				p.failPos, p.attempts = 0, 0
-			}
-		case errors.Is(err, lease.ErrFenced):
-			return err
-		case errors.Is(err, errMoved):
-			p.reload = true
-		case isHandlerFailure(err):
-			if stop := f.failed(ctx, l, p, recs, err); stop != nil {
-				return stop
-			}
-		default:
-			if !f.pause(ctx, p, err, "commit") {
-				return nil
-			}
+		if done, stop := f.committed(ctx, l, p, b, f.commit(ctx, l, p, b, &pf)); done {
+			return stop
 		}
 	}
+}
+
+// readFailed deals with err, the failure to read the page after p.pos, and reports whether the loop ends (with
+// stop to return). An event that cannot be read is passed when it is another partition's (Select), and fails like
+// a handler that can never succeed on it when it is the follower's own (its failure mode applies: stop naming it,
+// or give up on it and go on). Anything else pauses and retries.
+func (f *Follower) readFailed(ctx context.Context, l lease.Lease, p *progress, err error, pf **prefetched) (
+	done bool, stop error) {
+	var rerr *eventstore.RecordError
+	if !errors.As(err, &rerr) || rerr.Record.Position <= p.pos {
+		return !f.pause(ctx, p, err, "read log"), nil
+	}
+	if f.cfg.Select != nil && !f.cfg.Select(rerr.Record) {
+		b := &txBatch{last: rerr.Record.Position}
+		return f.committed(ctx, l, p, b, f.commit(ctx, l, p, b, pf))
+	}
+	stop = f.failed(ctx, l, p, []eventstore.Record{rerr.Record}, &handlerFailure{err: stagehand.Permanent(err)})
+	return stop != nil, stop
+}
+
+// committed applies the outcome err of committing b and reports whether the loop ends (with stop to return): the
+// checkpoint moves on, the term is over (fenced), the checkpoint moved under the follower (reload it), the
+// handler failed on a record (retry, park or stop), or anything else pauses and retries.
+func (f *Follower) committed(ctx context.Context, l lease.Lease, p *progress, b *txBatch, err error) (
+	done bool, stop error) {
+	switch {
+	case err == nil:
+		p.pos, p.infraDelay = b.last, 0
+		if p.failPos != 0 && p.failPos <= b.last {
+			p.failPos, p.attempts = 0, 0
+		}
+	case errors.Is(err, lease.ErrFenced):
+		return true, err
+	case errors.Is(err, errMoved):
+		p.reload = true
+	case isHandlerFailure(err):
+		if stop := f.failed(ctx, l, p, b.recs, err); stop != nil {
+			return true, stop
+		}
+	default:
+		return !f.pause(ctx, p, err, "commit"), nil
+	}
+	return false, nil
 }
 
 // batch selects the records of a page to handle and the position the checkpoint moves to.
