@@ -133,45 +133,41 @@ func (o *Outbox) QueueStage(ctx context.Context, b *pgx.Batch, opts *StageOption
 	case len(a.locks) == 1:
 		b.Queue(o.q.lockKeyGeneric, a.locks[0])
 	}
-	count := func(ct pgconn.CommandTag) error {
-		staged.n += int(ct.RowsAffected())
-		return nil
-	}
 	st := o.q.staging
 	if opt.Source != nil {
 		if st, err = o.sourcedStatements(opt.Source.Schema); err != nil {
 			return nil, err
 		}
-		if len(a.ids) == 1 {
-			a.one[10] = opt.Source.LastEventID
-		} else {
-			a.many = append(a.many, opt.Source.LastEventID)
-		}
+	}
+	// One message goes with scalar arguments, several with arrays; the recheck (see stageRecheckOne) follows
+	// unless the IDs are new by construction.
+	stmt, args, recheck, recheckArgs := st.many, a.many, o.q.stageRecheckMany, []any{a.ids, a.topics, a.tenants}
+	if opt.NewIDs {
+		stmt = st.manyNew
 	}
 	if len(a.ids) == 1 {
-		stmt := st.one
+		stmt, args, recheck = st.one, a.one, o.q.stageRecheckOne
+		recheckArgs = []any{a.ids[0], a.topics[0], a.tenants[0]}
 		if opt.NewIDs {
 			stmt = st.oneNew
 		}
-		b.Queue(stmt, a.one...).Exec(count)
-		if !opt.NewIDs {
-			b.Queue(o.q.stageRecheckOne, a.ids[0], a.topics[0], a.tenants[0]).Exec(func(ct pgconn.CommandTag) error {
-				staged.n -= int(ct.RowsAffected())
-				return nil
-			})
+	}
+	if opt.Source != nil {
+		if len(a.ids) == 1 {
+			args[10] = opt.Source.LastEventID // in place of the source position
+		} else {
+			args = append(args, opt.Source.LastEventID)
 		}
-	} else {
-		stmt := st.many
-		if opt.NewIDs {
-			stmt = st.manyNew
-		}
-		b.Queue(stmt, a.many...).Exec(count)
-		if !opt.NewIDs {
-			b.Queue(o.q.stageRecheckMany, a.ids, a.topics, a.tenants).Exec(func(ct pgconn.CommandTag) error {
-				staged.n -= int(ct.RowsAffected())
-				return nil
-			})
-		}
+	}
+	b.Queue(stmt, args...).Exec(func(ct pgconn.CommandTag) error {
+		staged.n += int(ct.RowsAffected())
+		return nil
+	})
+	if !opt.NewIDs {
+		b.Queue(recheck, recheckArgs...).Exec(func(ct pgconn.CommandTag) error {
+			staged.n -= int(ct.RowsAffected())
+			return nil
+		})
 	}
 	last := b.QueuedQueries[len(b.QueuedQueries)-1]
 	if settings && !opt.EndsTransaction {
