@@ -35,7 +35,28 @@ func (s *PostgresStore) readStream(ctx context.Context, db dbtx, tenant, streamI
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("eventstore: read stream %q: %w", streamID, err)
 	}
+	first := max(fromVersion, 1)
+	if len(out) > 0 && out[0].Version > first {
+		// Versions first..out[0].Version-1 are not stored: archived (or removed by hand, when nothing is).
+		return s.archivedStream(ctx, db, tenant, streamID, first, out[0].Version-1, out)
+	}
 	if len(out) == 0 {
+		if s.partitioned(ctx) {
+			// The stream's head outlives its archived events.
+			var head int64
+			err := db.QueryRow(ctx, `SELECT version FROM `+s.t.streams+` WHERE tenant_id = $1 AND stream_id = $2`,
+				tenant, streamID).Scan(&head)
+			if errors.Is(err, pgx.ErrNoRows) {
+				return nil, fmt.Errorf("%w: %q (tenant %q)", ErrStreamNotFound, streamID, tenant)
+			}
+			if err != nil {
+				return nil, fmt.Errorf("eventstore: read stream %q: %w", streamID, err)
+			}
+			if head >= first {
+				return s.archivedStream(ctx, db, tenant, streamID, first, head, out)
+			}
+			return out, nil
+		}
 		var exists bool
 		if err := db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM `+s.t.events+
 			` WHERE tenant_id = $1 AND stream_id = $2)`, tenant, streamID).Scan(&exists); err != nil {
@@ -46,6 +67,21 @@ func (s *PostgresStore) readStream(ctx context.Context, db dbtx, tenant, streamI
 		}
 	}
 	return out, nil
+}
+
+// archivedStream is the outcome of a stream read that found versions from..to missing: an *ArchivedError when
+// partitions were archived; otherwise (rows removed by hand from an unarchived store) the records as read.
+func (s *PostgresStore) archivedStream(ctx context.Context, db dbtx, tenant, streamID string, from, to int64,
+	read []Record) ([]Record, error) {
+	af, at, err := s.archivedRange(ctx, db)
+	if err != nil {
+		return nil, err
+	}
+	if at == 0 {
+		return read, nil
+	}
+	return nil, &ArchivedError{Tenant: tenant, StreamID: streamID, FromVersion: from, ToVersion: to,
+		ArchivedFrom: af, ArchivedTo: at}
 }
 
 // ReadStreamTx implements TransactionalStore.
