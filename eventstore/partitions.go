@@ -358,8 +358,8 @@ func (p *Partitions) createSQL(from, to int64) []string {
 	}
 }
 
-// Ensure creates the partitions missing between the end of the last one and Ahead partitions past the last
-// position drawn, and returns them. Run it periodically (or `stagehand events partitions create` from cron): an
+// Ensure creates the partitions missing between the end of the last one and Ahead partitions past the one that
+// holds the next position to draw, and returns them. Run it periodically (or `stagehand events partitions create` from cron): an
 // append whose position has no partition fails with a *NoPartitionError. Creating a partition does not block
 // appends; each waits at most LockTimeout for a conflicting operation.
 func (p *Partitions) Ensure(ctx context.Context) ([]Partition, error) {
@@ -401,8 +401,9 @@ func (p *Partitions) createAhead(ctx context.Context, tx pgx.Tx, drawn, end int6
 		return nil, fmt.Errorf("eventstore: create partitions: %w", err)
 	}
 	var created []Partition
-	want := drawn + int64(p.cfg.Ahead)*p.cfg.Size
-	for from := end; from <= want; from += p.cfg.Size {
+	// The partition of the next position to draw, and Ahead more after it.
+	want := p.boundary(drawn+1) + int64(p.cfg.Ahead)*p.cfg.Size
+	for from := end; from < want; from += p.cfg.Size {
 		to := from + p.cfg.Size
 		for _, stmt := range p.createSQL(from, to) {
 			if _, err := tx.Exec(ctx, stmt); err != nil {
