@@ -112,7 +112,7 @@ func TestPartitionedGapSafeAcrossBoundary(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, int64(9), heldRes.Records[0].Position)
 	require.Equal(t, int64(10), abortedRes.Records[0].Position) // the first partition's last position
-	after := appendOne(t, s, "after", eventstore.NoStream, 2) // positions 11, 12: the second partition
+	after := appendOne(t, s, "after", eventstore.NoStream, 2)   // positions 11, 12: the second partition
 	require.Equal(t, int64(11), after.Records[0].Position)
 
 	// Which relations the open appends lock: the parent, by the name the reader looks up.
