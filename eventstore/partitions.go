@@ -33,7 +33,8 @@ const (
 type PartitionConfig struct {
 	// Schema holding the stagehand tables. Default "stagehand".
 	Schema string
-	// Size is the number of positions each new partition holds (the unit of archiving). Default 1,000,000.
+	// Size is the number of positions each new partition holds (the unit of archiving). Default: the size of the
+	// newest partition when the table has one besides its first (the converted table), else 1,000,000.
 	Size int64
 	// Ahead is how many partitions Ensure keeps beyond the last position drawn, so appends always find one.
 	// Default 2.
@@ -77,9 +78,6 @@ func (c *PartitionConfig) withDefaults() (PartitionConfig, error) {
 			"must not be negative, got %d", cfg.Headroom)}
 	case cfg.LockTimeout < 0:
 		return cfg, &ConfigError{Package: "eventstore", Field: "LockTimeout", Reason: "must not be negative"}
-	}
-	if cfg.Size == 0 {
-		cfg.Size = DefaultPartitionSize
 	}
 	if cfg.Ahead == 0 {
 		cfg.Ahead = DefaultPartitionsAhead
@@ -156,37 +154,37 @@ const (
 // Partition is a partition of the events table, attached or archived.
 type Partition struct {
 	// Name is the table's name: events_p and the first position it holds, in 19 digits.
-	Name string `json:"name"`
+	Name string
 	// From (inclusive) and To (exclusive) bound its positions. The first partition of a converted table takes
 	// every position below To; its From is 1.
-	From int64 `json:"from"`
-	To   int64 `json:"to"`
+	From int64
+	To   int64
 	// State says where its events are.
-	State PartitionState `json:"state"`
+	State PartitionState
 	// Events is PostgreSQL's estimate for an attached partition (pg_class.reltuples, as of the last ANALYZE),
 	// the exact count for an archived one.
-	Events int64 `json:"events"`
+	Events int64
 	// Bytes is the table's size with its indexes (0 when dropped).
-	Bytes int64 `json:"bytes"`
+	Bytes int64
 	// ArchiveSchema is where a moved partition went.
-	ArchiveSchema string `json:"archive_schema,omitempty"`
+	ArchiveSchema string
 	// ArchivedAt is when it was archived (zero while attached).
-	ArchivedAt time.Time `json:"archived_at,omitzero"`
+	ArchivedAt time.Time
 }
 
 // PartitionStatus describes the events table's partitions.
 type PartitionStatus struct {
 	// Partitioned is false for a table never converted (everything else is then empty).
-	Partitioned bool `json:"partitioned"`
+	Partitioned bool
 	// Drawn is the last position drawn from the sequence (the log's head, or past it while appends are in flight
 	// or after aborted ones).
-	Drawn int64 `json:"drawn"`
+	Drawn int64
 	// End is where the attached partitions end: positions from End on have no partition yet.
-	End int64 `json:"end"`
+	End int64
 	// Attached are the partitions in the table, by position.
-	Attached []Partition `json:"attached"`
+	Attached []Partition
 	// Archived are the partitions archived, by position.
-	Archived []Partition `json:"archived"`
+	Archived []Partition
 }
 
 // Headroom is how many positions can still be drawn before appends fail for lack of a partition.
@@ -333,12 +331,23 @@ func (p *Partitions) lockTimeout() string {
 	return fmt.Sprintf("SET lock_timeout = %d", max(p.cfg.LockTimeout.Milliseconds(), 1))
 }
 
-// boundary returns the first partition boundary (a multiple of Size, plus one) strictly above pos.
-func (p *Partitions) boundary(pos int64) int64 {
-	if pos < 1 {
-		return p.cfg.Size + 1
+// size is the size of new partitions: Size, else the newest partition's (when it is not the converted table).
+func (p *Partitions) size(st PartitionStatus) int64 {
+	if p.cfg.Size > 0 {
+		return p.cfg.Size
 	}
-	return ((pos-1)/p.cfg.Size+1)*p.cfg.Size + 1
+	if n := len(st.Attached); n > 0 && st.Attached[n-1].Name != partitionName(1) {
+		return st.Attached[n-1].To - st.Attached[n-1].From
+	}
+	return DefaultPartitionSize
+}
+
+// boundary returns the first partition boundary (a multiple of size, plus one) strictly above pos.
+func boundary(pos, size int64) int64 {
+	if pos < 1 {
+		return size + 1
+	}
+	return ((pos-1)/size+1)*size + 1
 }
 
 // createSQL returns the statements that create partition [from, to) and attach it: a plain table first, its
@@ -385,7 +394,7 @@ func (s *session) ensure(ctx context.Context) ([]Partition, error) {
 	if !st.Partitioned {
 		return nil, fmt.Errorf("%w: %s (convert it first)", ErrNotPartitioned, p.t.events)
 	}
-	created, err := p.createAhead(ctx, tx, st.Drawn, st.End)
+	created, err := p.createAhead(ctx, tx, st.Drawn, st.End, p.size(st))
 	if err != nil {
 		return nil, err
 	}
@@ -396,15 +405,15 @@ func (s *session) ensure(ctx context.Context) ([]Partition, error) {
 }
 
 // createAhead creates, on tx, partitions from end until they reach Ahead partitions past drawn.
-func (p *Partitions) createAhead(ctx context.Context, tx pgx.Tx, drawn, end int64) ([]Partition, error) {
+func (p *Partitions) createAhead(ctx context.Context, tx pgx.Tx, drawn, end, size int64) ([]Partition, error) {
 	if _, err := tx.Exec(ctx, strings.Replace(p.lockTimeout(), "SET", "SET LOCAL", 1)); err != nil {
 		return nil, fmt.Errorf("eventstore: create partitions: %w", err)
 	}
 	var created []Partition
 	// The partition of the next position to draw, and Ahead more after it.
-	want := p.boundary(drawn+1) + int64(p.cfg.Ahead)*p.cfg.Size
-	for from := end; from < want; from += p.cfg.Size {
-		to := from + p.cfg.Size
+	want := boundary(drawn+1, size) + int64(p.cfg.Ahead)*size
+	for from := end; from < want; from += size {
+		to := from + size
 		for _, stmt := range p.createSQL(from, to) {
 			if _, err := tx.Exec(ctx, stmt); err != nil {
 				return nil, fmt.Errorf("eventstore: create partition %s: %w", partitionName(from), err)
@@ -420,21 +429,21 @@ func (p *Partitions) createAhead(ctx context.Context, tx pgx.Tx, drawn, end int6
 // ConvertResult describes a conversion.
 type ConvertResult struct {
 	// Already is true when the table was partitioned before (Convert then only ran Ensure).
-	Already bool `json:"already"`
+	Already bool
 	// First is the table's first partition: the existing table, holding every position below First.To.
-	First Partition `json:"first"`
+	First Partition
 	// Created are the partitions created after it.
-	Created []Partition `json:"created"`
+	Created []Partition
 	// Streams and Events are how many stream heads and event IDs were copied into event_streams and event_ids.
-	Streams int64 `json:"streams"`
-	Events  int64 `json:"events"`
+	Streams int64
+	Events  int64
 	// Copy is the time taken to copy heads and IDs, Validate the time taken to check the existing rows' positions
 	// (both while appends go on), Swap the time appends waited while the table was swapped.
-	Copy     time.Duration `json:"copy_ns"`
-	Validate time.Duration `json:"validate_ns"`
-	Swap     time.Duration `json:"swap_ns"`
+	Copy     time.Duration
+	Validate time.Duration
+	Swap     time.Duration
 	// Duration is the whole conversion's.
-	Duration time.Duration `json:"duration_ns"`
+	Duration time.Duration
 }
 
 // Convert turns the events table into one range-partitioned by position, live: appends, stream reads and log
@@ -524,7 +533,8 @@ func (p *Partitions) Convert(ctx context.Context) (ConvertResult, error) {
 	if err != nil {
 		return res, err
 	}
-	bound := p.boundary(st.Drawn + p.cfg.Headroom)
+	size := p.size(st)
+	bound := boundary(st.Drawn+p.cfg.Headroom, size)
 	if err := s.execLocked(ctx, `ALTER TABLE `+p.t.events+` DROP CONSTRAINT IF EXISTS events_convert_bound, `+
 		fmt.Sprintf(`ADD CONSTRAINT events_convert_bound CHECK (position < %d) NOT VALID`, bound)); err != nil {
 		return res, fmt.Errorf("eventstore: convert: bound the positions: %w", err)
@@ -538,7 +548,7 @@ func (p *Partitions) Convert(ctx context.Context) (ConvertResult, error) {
 
 	// 4. The swap.
 	res.First = Partition{Name: partitionName(1), From: 1, To: bound, State: PartitionAttached}
-	created, swap, err := p.swap(ctx, s, bound)
+	created, swap, err := p.swap(ctx, s, bound, size)
 	if err != nil {
 		return res, err
 	}
@@ -550,7 +560,7 @@ func (p *Partitions) Convert(ctx context.Context) (ConvertResult, error) {
 
 // swap partitions the table in one transaction under an ACCESS EXCLUSIVE lock on it (waited for at most
 // LockTimeout), and returns the partitions created after the first and how long the lock was held.
-func (p *Partitions) swap(ctx context.Context, s *session, bound int64) ([]Partition, time.Duration, error) {
+func (p *Partitions) swap(ctx context.Context, s *session, bound, size int64) ([]Partition, time.Duration, error) {
 	tx, err := s.conn.Begin(ctx)
 	if err != nil {
 		return nil, 0, fmt.Errorf("eventstore: convert: begin: %w", err)
@@ -600,7 +610,7 @@ func (p *Partitions) swap(ctx context.Context, s *session, bound int64) ([]Parti
 			return nil, 0, fmt.Errorf("eventstore: convert: %s: %w", firstWords(stmt), err)
 		}
 	}
-	created, err := p.createAhead(ctx, tx, drawn, bound)
+	created, err := p.createAhead(ctx, tx, drawn, bound, size)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -658,13 +668,13 @@ type ArchiveRequest struct {
 // ArchiveResult describes an archive.
 type ArchiveResult struct {
 	// Partition is the archived partition, as it now is.
-	Partition Partition `json:"partition"`
+	Partition Partition
 	// Uncovered is the number of streams whose loads now fail with an *ArchivedError (AllowUncovered).
-	Uncovered int64 `json:"uncovered"`
+	Uncovered int64
 	// Check is the time taken by the checks, Detach by DETACH PARTITION CONCURRENTLY, Duration by the whole.
-	Check    time.Duration `json:"check_ns"`
-	Detach   time.Duration `json:"detach_ns"`
-	Duration time.Duration `json:"duration_ns"`
+	Check    time.Duration
+	Detach   time.Duration
+	Duration time.Duration
 }
 
 // Archive detaches the oldest partition without blocking appends or reads (DETACH PARTITION CONCURRENTLY), then

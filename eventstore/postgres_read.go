@@ -41,6 +41,9 @@ func (s *PostgresStore) readStream(ctx context.Context, db dbtx, tenant, streamI
 		return s.archivedStream(ctx, db, tenant, streamID, first, out[0].Version-1, out)
 	}
 	if len(out) == 0 {
+		// Read the layout afresh: a table converted or archived under this store since it last looked must not
+		// make an archived stream look absent.
+		s.forgetLayout()
 		if s.partitioned(ctx) {
 			// The stream's head outlives its archived events.
 			var head int64
