@@ -472,8 +472,7 @@ func (p *Partitions) Convert(ctx context.Context) (ConvertResult, error) {
 		return res, err
 	}
 	var migrated bool
-	if err := s.conn.QueryRow(ctx, `SELECT to_regprocedure($1) IS NOT NULL`,
-		p.cfg.Schema+".events_check_append()").Scan(&migrated); err != nil {
+	if err := s.conn.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, p.t.streams).Scan(&migrated); err != nil {
 		return res, fmt.Errorf("eventstore: convert: %w", err)
 	}
 	if !migrated {
@@ -490,6 +489,11 @@ func (p *Partitions) Convert(ctx context.Context) (ConvertResult, error) {
 		return res, err
 	}
 	log := p.cfg.Logger.With("schema", p.cfg.Schema)
+	for _, f := range []string{trackFunctionSQL, checkFunctionSQL} {
+		if _, err := s.conn.Exec(ctx, functionSQL(f, p.cfg.Schema)); err != nil {
+			return res, fmt.Errorf("eventstore: convert: create the trigger functions: %w", err)
+		}
+	}
 
 	// 1. Record what is appended from now on. CREATE TRIGGER waits for the appends in flight (and holds new ones
 	// for as long): bounded by the lock timeout.
@@ -499,8 +503,8 @@ func (p *Partitions) Convert(ctx context.Context) (ConvertResult, error) {
 		return res, fmt.Errorf("eventstore: convert: %w", err)
 	}
 	if !tracking {
-		if err := s.execLocked(ctx, `CREATE TRIGGER events_track_append AFTER INSERT ON `+p.t.events+
-			` REFERENCING NEW TABLE AS new_events FOR EACH STATEMENT EXECUTE FUNCTION `+
+		if err := s.execLocked(ctx, `CREATE TRIGGER events_track_append BEFORE INSERT ON `+p.t.events+
+			` FOR EACH ROW EXECUTE FUNCTION `+
 			pgx.Identifier{p.cfg.Schema, "events_track_append"}.Sanitize()+`()`); err != nil {
 			return res, fmt.Errorf("eventstore: convert: install the recording trigger: %w", err)
 		}
@@ -602,8 +606,8 @@ func (p *Partitions) swap(ctx context.Context, s *session, bound, size int64) ([
 		`ALTER TABLE ` + firstQ + ` DROP CONSTRAINT events_convert_bound`,
 		// The sequence belonged to the old table's column: dropping that table, once archived, must not drop it.
 		`ALTER SEQUENCE ` + p.t.seq + ` OWNED BY ` + p.t.events + `.position`,
-		`CREATE TRIGGER events_check_append AFTER INSERT ON ` + p.t.events +
-			` REFERENCING NEW TABLE AS new_events FOR EACH STATEMENT EXECUTE FUNCTION ` + fn + `()`,
+		`CREATE TRIGGER events_check_append BEFORE INSERT ON ` + p.t.events +
+			` FOR EACH ROW EXECUTE FUNCTION ` + fn + `()`,
 	}
 	for _, stmt := range stmts {
 		if _, err := tx.Exec(ctx, stmt); err != nil {

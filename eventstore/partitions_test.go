@@ -18,10 +18,11 @@ import (
 	"github.com/stagehand-es/stagehand/internal/pgtest"
 )
 
-// smallPartitions are partitions of 10 positions, so the suites' appends cross many partition boundaries, 60
-// of them ahead (the suites draw a few hundred positions, failed appends included).
+// smallPartitions are partitions of 20 positions (the first one takes positions 1 to 20), so the suites' appends
+// cross partition boundaries, 25 of them ahead (a suite's case draws at most a few hundred positions, failed
+// appends included).
 func smallPartitions(schema string) *eventstore.PartitionConfig {
-	return &eventstore.PartitionConfig{Schema: schema, Size: 10, Ahead: 60, Headroom: 1}
+	return &eventstore.PartitionConfig{Schema: schema, Size: 20, Ahead: 25, Headroom: 1}
 }
 
 // newPartitioned returns a store on a new schema whose events table was converted to partitions (empty).
@@ -93,7 +94,9 @@ func appendOne(t *testing.T, s eventstore.Store, stream string, expected eventst
 func TestPartitionedGapSafeAcrossBoundary(t *testing.T) {
 	t.Parallel()
 	ctx := ctxT(t)
-	s, _ := newPartitioned(t, smallPartitions) // the first partition ends at position 10
+	s, _ := newPartitioned(t, func(schema string) *eventstore.PartitionConfig {
+		return &eventstore.PartitionConfig{Schema: schema, Size: 10, Ahead: 2, Headroom: 1}
+	}) // the first partition ends at position 10
 	for i := range 8 {
 		appendOne(t, s, fmt.Sprintf("before-%d", i), eventstore.NoStream, 1) // positions 1..8
 	}
