@@ -514,9 +514,13 @@ func (p *Partitions) Convert(ctx context.Context) (ConvertResult, error) {
 	// 2. Copy the heads and IDs of the rows that were there before the trigger: every transaction that inserted
 	// without it had ended when CREATE TRIGGER got its lock, so this pass sees all of them.
 	t0 := time.Now()
-	tag, err := s.conn.Exec(ctx, `INSERT INTO `+p.t.streams+` (tenant_id, stream_id, version)
-		SELECT tenant_id, stream_id, max(version) FROM `+p.t.events+` GROUP BY tenant_id, stream_id
-		ON CONFLICT (tenant_id, stream_id) DO UPDATE SET version = greatest(`+p.t.streams+`.version, EXCLUDED.version)`)
+	tag, err := s.conn.Exec(ctx, `INSERT INTO `+p.t.streams+` AS h (tenant_id, stream_id, version, first_position,
+			last_position)
+		SELECT tenant_id, stream_id, max(version), min(position), max(position) FROM `+p.t.events+`
+		GROUP BY tenant_id, stream_id
+		ON CONFLICT (tenant_id, stream_id) DO UPDATE SET version = greatest(h.version, EXCLUDED.version),
+			first_position = least(h.first_position, EXCLUDED.first_position),
+			last_position = greatest(h.last_position, EXCLUDED.last_position)`)
 	if err != nil {
 		return res, fmt.Errorf("eventstore: convert: copy stream heads: %w", err)
 	}

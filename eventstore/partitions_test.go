@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -340,10 +341,11 @@ func TestConvertLiveTable(t *testing.T) {
 	require.Equal(t, int64(20000+appended+3), total)
 	require.Equal(t, total, pgtest.Count(t, pool, `SELECT count(*) FROM `+pgx.Identifier{schema, "event_ids"}.Sanitize()))
 	require.Zero(t, pgtest.Count(t, pool, `SELECT count(*) FROM (SELECT tenant_id, stream_id, max(version) AS v,
-			count(*) AS n FROM `+events+` GROUP BY 1, 2) e
+			count(*) AS n, min(position) AS first, max(position) AS last FROM `+events+` GROUP BY 1, 2) e
 		FULL JOIN `+pgx.Identifier{schema, "event_streams"}.Sanitize()+` h USING (tenant_id, stream_id)
-		WHERE h.version IS DISTINCT FROM e.v OR e.n <> e.v`), "every head is its stream's highest version, "+
-		"every stream's versions are 1..n")
+		WHERE h.version IS DISTINCT FROM e.v OR e.n <> e.v OR h.first_position IS DISTINCT FROM e.first
+			OR h.last_position IS DISTINCT FROM e.last`), "every head is its stream's highest version and "+
+		"positions, every stream's versions are 1..n")
 	var n int64
 	last := int64(0)
 	for q := (eventstore.LogQuery{Limit: 5000}); ; {
@@ -505,4 +507,52 @@ func fresh(t *testing.T, s *eventstore.PostgresStore) *eventstore.PostgresStore 
 	require.NoError(t, err)
 	t.Cleanup(f.Close)
 	return f
+}
+
+// A stream read on a partitioned table visits only the partitions between the stream's first and last events
+// (pruned while the statement runs, from the bounds in its head), not an index of every partition.
+func TestStreamReadVisitsOnlyItsPartitions(t *testing.T) {
+	t.Parallel()
+	ctx := ctxT(t)
+	s, _ := newPartitioned(t, func(schema string) *eventstore.PartitionConfig {
+		return &eventstore.PartitionConfig{Schema: schema, Size: 10, Ahead: 6, Headroom: 1}
+	})
+	for i := range 25 { // positions 1..25: three partitions
+		appendOne(t, s, fmt.Sprintf("filler-%d", i), eventstore.NoStream, 1)
+	}
+	appendOne(t, s, "late", eventstore.NoStream, 3) // 26..28, in the third partition
+	appendOne(t, s, "spread", eventstore.NoStream, 1)
+	for range 12 {
+		appendOne(t, s, "filler-0", eventstore.AnyVersion, 1)
+	}
+	appendOne(t, s, "spread", 1, 1) // 29 and 42: the third and the fifth partitions
+	plan := func(stream string) string {
+		var lines []string
+		rows, err := s.Pool().Query(ctx, `EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF) `+
+			eventstore.ReadStreamSQL(ctx, s), "__untenanted__", stream, int64(1))
+		require.NoError(t, err)
+		for rows.Next() {
+			var l string
+			require.NoError(t, rows.Scan(&l))
+			lines = append(lines, l)
+		}
+		require.NoError(t, rows.Err())
+		return strings.Join(lines, "\n")
+	}
+	visited := func(p string) int {
+		n := 0
+		for _, l := range strings.Split(p, "\n") {
+			if strings.Contains(l, "Index Scan") && !strings.Contains(l, "never executed") {
+				n++
+			}
+		}
+		return n - 2 // the two subqueries on the stream's head
+	}
+	p := plan("late")
+	require.Equal(t, 1, visited(p), p)
+	p = plan("spread")
+	require.Equal(t, 3, visited(p), p)
+	recs, err := s.ReadStream(ctx, "", "spread", 1)
+	require.NoError(t, err)
+	require.Len(t, recs, 2)
 }

@@ -12,9 +12,7 @@ import (
 func (s *PostgresStore) readStream(ctx context.Context, db dbtx, tenant, streamID string, fromVersion int64) (
 	[]Record, error) {
 	tenant = tenantOrDefault(tenant)
-	rows, err := db.Query(ctx, `SELECT position, stream_type, version, event_id, event_type, event_version,
-			payload, metadata, occurred_at, recorded_at FROM `+s.t.events+`
-		WHERE tenant_id = $1 AND stream_id = $2 AND version >= $3 ORDER BY version`, tenant, streamID, fromVersion)
+	rows, err := db.Query(ctx, s.readStreamSQL(ctx), tenant, streamID, fromVersion)
 	if err != nil {
 		return nil, fmt.Errorf("eventstore: read stream %q: %w", streamID, err)
 	}
@@ -70,6 +68,20 @@ func (s *PostgresStore) readStream(ctx context.Context, db dbtx, tenant, streamI
 		}
 	}
 	return out, nil
+}
+
+// readStreamSQL reads a stream's events from a version on ($1 tenant, $2 stream, $3 version). On a partitioned table
+// the stream's head bounds the positions, so PostgreSQL visits only the partitions between its first and its last
+// event (it prunes the others as the statement runs, from the bounds' subqueries).
+func (s *PostgresStore) readStreamSQL(ctx context.Context) string {
+	cols := `SELECT position, stream_type, version, event_id, event_type, event_version, payload, metadata,
+			occurred_at, recorded_at FROM ` + s.t.events + `
+		WHERE tenant_id = $1 AND stream_id = $2 AND version >= $3`
+	if s.partitioned(ctx) {
+		head := ` FROM ` + s.t.streams + ` WHERE tenant_id = $1 AND stream_id = $2)`
+		cols += ` AND position >= (SELECT first_position` + head + ` AND position <= (SELECT last_position` + head
+	}
+	return cols + ` ORDER BY version`
 }
 
 // archivedStream is the outcome of a stream read that found versions from..to missing: an *ArchivedError when

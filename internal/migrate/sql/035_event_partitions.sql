@@ -13,13 +13,18 @@
 -- of version v moves the head from v-1 to v, or creates it when v is 1, and fails with a unique violation
 -- otherwise. Two appends that read the same version serialise on this row exactly as they did on the unique index.
 -- It is never partitioned nor archived, so a stream whose history is archived is still known (loads say so).
+-- It also bounds where the stream's events are: every one lies between first_position and last_position, so a
+-- stream read visits only the partitions in between (PostgreSQL prunes the others as the read runs), not one index
+-- of every partition.
 CREATE TABLE event_streams (
-    tenant_id text   NOT NULL,
-    stream_id text   NOT NULL,
-    version   bigint NOT NULL CHECK (version >= 1),
+    tenant_id      text   NOT NULL,
+    stream_id      text   NOT NULL,
+    version        bigint NOT NULL CHECK (version >= 1),
+    first_position bigint NOT NULL,
+    last_position  bigint NOT NULL,
     PRIMARY KEY (tenant_id, stream_id)
 ) WITH (
-    -- Every append updates its stream's row; room on the page keeps those updates HOT (version is not indexed).
+    -- Every append updates its stream's row; room on the page keeps those updates HOT (nothing updated is indexed).
     fillfactor = 80
 );
 
