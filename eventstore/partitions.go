@@ -909,11 +909,34 @@ func (s *session) check(ctx context.Context, st PartitionStatus, part Partition,
 
 // archivedRange returns the archived positions [from, to), or (0, 0) when nothing is archived.
 func (s *PostgresStore) archivedRange(ctx context.Context, db dbtx) (int64, int64, error) {
+	return archivedRange(ctx, db, s.t.archives)
+}
+
+func archivedRange(ctx context.Context, db interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}, table string) (int64, int64, error) {
 	var from, to int64
 	err := db.QueryRow(ctx, `SELECT coalesce(min(from_position), 0), coalesce(max(to_position), 0) FROM `+
-		s.t.archives).Scan(&from, &to)
+		table).Scan(&from, &to)
 	if err != nil {
 		return 0, 0, fmt.Errorf("eventstore: read the archived ranges: %w", err)
 	}
 	return from, to, nil
+}
+
+// CheckLogFrom returns an *ArchivedError when a read of schema's global log after position after would need
+// archived events (see Partitions.Archive), and nil when it would not (nothing is archived, or after is at or past
+// the end of the archived range). It is for code that is about to send a reader there from afar, such as a
+// projection rebuild requested by an operator: the reader itself gets the same error from ReadLog.
+func CheckLogFrom(ctx context.Context, db interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}, schema string, after int64) error {
+	from, to, err := archivedRange(ctx, db, pgx.Identifier{schema, "event_archives"}.Sanitize())
+	if err != nil {
+		return err
+	}
+	if to > 0 && after < to-1 {
+		return &ArchivedError{After: after, ArchivedFrom: from, ArchivedTo: to}
+	}
+	return nil
 }

@@ -67,6 +67,8 @@ func TestEventsPartitions(t *testing.T) {
 	require.Regexp(t, `events_p0000000000000000001\s+1\s+20\s+12\s+.*detached, in schema`, text)
 	require.Regexp(t, `events_p0000000000000000021\s+21\s+30\s+~0`, text)
 
+	e.fails(exitUsage, "--after must not be negative", "projection", "rebuild", "p", "--after", "-1")
+
 	e.fails(exitUsage, `--to "later"`, "events", "partitions", "archive", "--to", "later")
 	e.fails(exitUsage, "Size", "events", "partitions", "create", "--size", "-3")
 	e.fails(exitFailure, "oldest", "events", "partitions", "archive", "--partition", "events_p0000000000000000041")
