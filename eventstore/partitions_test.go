@@ -556,3 +556,74 @@ func TestStreamReadVisitsOnlyItsPartitions(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, recs, 2)
 }
+
+// A conversion waits at most LockTimeout behind an append in flight (so appends never queue behind it for longer),
+// fails without changing the table's layout, and succeeds when run again.
+func TestConvertGivesUpOnLockTimeoutAndResumes(t *testing.T) {
+	t.Parallel()
+	ctx := ctxT(t)
+	pool, schema := pgtest.Migrated(t)
+	s, err := eventstore.NewPostgres(pool, &eventstore.PostgresConfig{Schema: schema})
+	require.NoError(t, err)
+	t.Cleanup(s.Close)
+	appendOne(t, s, "a", eventstore.NoStream, 2)
+	tx, err := s.Begin(ctx)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = tx.Rollback(context.Background()) })
+	_, err = s.AppendTx(ctx, tx, eventstore.AppendRequest{StreamID: "b", Expected: eventstore.NoStream,
+		Events: []eventstore.EventData{{Type: "x", Payload: []byte(`{}`)}}})
+	require.NoError(t, err)
+
+	parts, err := eventstore.NewPartitions(pool, &eventstore.PartitionConfig{Schema: schema, Size: 10, Headroom: 1,
+		LockTimeout: 200 * time.Millisecond})
+	require.NoError(t, err)
+	start := time.Now()
+	_, err = parts.Convert(ctx)
+	require.ErrorContains(t, err, "lock timeout")
+	require.Less(t, time.Since(start), 5*time.Second)
+	st, err := parts.Status(ctx)
+	require.NoError(t, err)
+	require.False(t, st.Partitioned)
+
+	require.NoError(t, tx.Commit(ctx))
+	res, err := parts.Convert(ctx)
+	require.NoError(t, err)
+	require.False(t, res.Already)
+	require.EqualValues(t, 2, res.Streams)
+	recs, err := s.ReadStream(ctx, "", "b", 1)
+	require.NoError(t, err)
+	require.Len(t, recs, 1, "the append that held the conversion back is there")
+}
+
+// An archive that stopped after its detach (the partition detached, its IDs not yet removed, not yet moved) is
+// finished by the next Archive, whatever it asks.
+func TestArchiveResumesAfterAnInterruptedDetach(t *testing.T) {
+	t.Parallel()
+	ctx := ctxT(t)
+	s, parts := newPartitioned(t, func(schema string) *eventstore.PartitionConfig {
+		return &eventstore.PartitionConfig{Schema: schema, Size: 10, Ahead: 2, Headroom: 1}
+	})
+	q := func(name string) string { return pgx.Identifier{s.Schema(), name}.Sanitize() }
+	for i := range 12 {
+		appendOne(t, s, fmt.Sprintf("s-%d", i), eventstore.NoStream, 1)
+	}
+	// What Archive leaves when it stops between its detach and the rest.
+	pgtest.Exec(t, s.Pool(), `INSERT INTO `+q("event_archives")+` (partition, from_position, to_position, events,
+		state) VALUES ('events_p0000000000000000001', 1, 11, 10, 'detaching')`)
+	pgtest.Exec(t, s.Pool(), `ALTER TABLE `+q("events")+` DETACH PARTITION `+q("events_p0000000000000000001"))
+	st, err := parts.Status(ctx)
+	require.NoError(t, err)
+	require.Len(t, st.Archived, 1)
+	require.Equal(t, eventstore.PartitionDetaching, st.Archived[0].State)
+
+	res, err := parts.Archive(ctx, eventstore.ArchiveRequest{Disposition: eventstore.ArchiveDrop})
+	require.NoError(t, err)
+	require.Equal(t, "events_p0000000000000000001", res.Partition.Name, "the interrupted archive first")
+	require.Equal(t, eventstore.PartitionDropped, res.Partition.State)
+	require.EqualValues(t, 10, res.Partition.Events)
+	require.Equal(t, int64(2), pgtest.Count(t, s.Pool(), `SELECT count(*) FROM `+q("event_ids")))
+	st, err = parts.Status(ctx)
+	require.NoError(t, err)
+	require.Equal(t, eventstore.PartitionDropped, st.Archived[0].State)
+	require.Equal(t, int64(11), st.Attached[0].From)
+}
