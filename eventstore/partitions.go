@@ -447,9 +447,10 @@ type ConvertResult struct {
 }
 
 // Convert turns the events table into one range-partitioned by position, live: appends, stream reads and log
-// readers go on throughout, except for two short waits, each bounded by LockTimeout (a SHARE ROW EXCLUSIVE lock
-// to install the conversion's trigger, and an ACCESS EXCLUSIVE lock for the swap, which renames and attaches in
-// milliseconds). Run stagehand.Migrate first (migration 035). It is idempotent: a conversion that failed or was
+// readers go on throughout, except for three short waits, each bounded by LockTimeout (a SHARE ROW EXCLUSIVE lock
+// to install the conversion's trigger, an ACCESS EXCLUSIVE lock to add the positions' bound unvalidated, and one
+// for the swap, which renames and attaches in milliseconds; each waits for the appends in flight, and appends
+// that come meanwhile wait behind it). Run stagehand.Migrate first (migration 035). It is idempotent: a conversion that failed or was
 // interrupted is resumed by running it again; on a partitioned table it only runs Ensure.
 //
 // Steps: (1) a trigger on the existing table records the heads and IDs of what is appended from then on; (2) the

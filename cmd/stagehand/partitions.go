@@ -185,8 +185,8 @@ func (a *app) partitionsConvertCommand() *cobra.Command {
 		Use:   "convert",
 		Short: "Partition the events table by position (opt-in, once, on a live table)",
 		Long: `Convert the events table into one range-partitioned by global position, while the application runs.
-Appends, loads and log readers go on; they wait twice, each time at most --lock-timeout (installing the
-conversion's trigger, and the swap, which takes milliseconds). The existing table becomes the first partition,
+Appends, loads and log readers go on; they wait three times, each time at most --lock-timeout (installing the
+conversion's trigger, adding the positions' bound, and the swap, which takes milliseconds). The existing table becomes the first partition,
 taking every position up to --headroom past the last one drawn; --ahead partitions of --size positions follow.
 Run 'stagehand migrate up' first. Running it again resumes an interrupted conversion, or only creates partitions
 ahead on a table already converted. Keep partitions ahead afterwards ('create').`,
