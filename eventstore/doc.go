@@ -66,8 +66,8 @@
 // itself (and on the partition its row goes to), so a reader that meets a gap waits for the same transactions
 // whichever partition they write.
 //
-// Partitions.Ensure creates partitions ahead of the log (run it periodically, or `stagehand events partitions
-// create`); an append whose position has no partition fails with a *NoPartitionError, nothing appended.
+// Partitions.Ensure creates partitions ahead of the log (Partitions.Keep runs it every interval in the
+// application; `stagehand events partitions create` from cron does the same); an append whose position has no partition fails with a *NoPartitionError, nothing appended.
 // Partitions.Archive detaches the oldest partition (DETACH PARTITION CONCURRENTLY) and moves it to an archive
 // schema, drops it, or leaves it for pg_dump; it refuses while a log follower's checkpoint, an outbox watermark or
 // parked events still need it, or while streams with events in it have no snapshot taken after them (unless told

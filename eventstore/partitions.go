@@ -2,6 +2,7 @@ package eventstore
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"regexp"
@@ -21,7 +22,7 @@ import (
 const (
 	// DefaultPartitionSize is the number of positions a partition holds.
 	DefaultPartitionSize = 1_000_000
-	// DefaultPartitionsAhead is how many partitions Ensure keeps beyond the last position drawn.
+	// DefaultPartitionsAhead is how many partitions Ensure keeps after the one holding the next position.
 	DefaultPartitionsAhead = 2
 	// DefaultConvertHeadroom is how many positions beyond the last one drawn the converted table keeps taking.
 	DefaultConvertHeadroom = 10_000_000
@@ -36,8 +37,8 @@ type PartitionConfig struct {
 	// Size is the number of positions each new partition holds (the unit of archiving). Default: the size of the
 	// newest partition when the table has one besides its first (the converted table), else 1,000,000.
 	Size int64
-	// Ahead is how many partitions Ensure keeps beyond the last position drawn, so appends always find one.
-	// Default 2.
+	// Ahead is how many partitions Ensure keeps after the one holding the next position to draw, so appends find
+	// one between two runs of Ensure. Default 2.
 	Ahead int
 	// Headroom is how many positions beyond the last one drawn the existing table keeps taking while Convert runs:
 	// it becomes the first partition, up to the first multiple of Size (plus one) past the last position drawn
@@ -378,6 +379,38 @@ func (p *Partitions) Ensure(ctx context.Context) ([]Partition, error) {
 	}
 	defer s.release()
 	return s.ensure(ctx)
+}
+
+// Keep runs Ensure now and then every interval until ctx ends, and returns nil then: the maintenance step that
+// keeps partitions ahead of the log from inside an application (run it in every instance: Ensure takes the
+// schema's partition lock, so they take turns and find nothing left to do). A failed Ensure is logged and tried
+// again at the next interval. A table never converted is checked at each interval and left alone until it is.
+// interval must be positive.
+func (p *Partitions) Keep(ctx context.Context, interval time.Duration) error {
+	if interval <= 0 {
+		return fmt.Errorf("eventstore: keep partitions ahead: interval must be positive, got %v", interval)
+	}
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		created, err := p.Ensure(ctx)
+		switch {
+		case ctx.Err() != nil:
+			return nil
+		case errors.Is(err, ErrNotPartitioned):
+		case err != nil:
+			p.cfg.Logger.WarnContext(ctx, "stagehand: could not create events partitions ahead; retrying",
+				"schema", p.cfg.Schema, "retry_in", interval, "error", err)
+		case len(created) > 0:
+			p.cfg.Logger.InfoContext(ctx, "stagehand: events partitions created ahead", "schema", p.cfg.Schema,
+				"created", len(created), "up_to", created[len(created)-1].To)
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+	}
 }
 
 func (s *session) ensure(ctx context.Context) ([]Partition, error) {

@@ -627,3 +627,35 @@ func TestArchiveResumesAfterAnInterruptedDetach(t *testing.T) {
 	require.Equal(t, eventstore.PartitionDropped, st.Archived[0].State)
 	require.Equal(t, int64(11), st.Attached[0].From)
 }
+
+// Keep creates partitions ahead as the log advances, and returns when its context ends.
+func TestKeepCreatesPartitionsAhead(t *testing.T) {
+	t.Parallel()
+	ctx := ctxT(t)
+	s, parts := newPartitioned(t, func(schema string) *eventstore.PartitionConfig {
+		return &eventstore.PartitionConfig{Schema: schema, Size: 10, Ahead: 1, Headroom: 1}
+	})
+	_, err := parts.Ensure(ctx)
+	require.NoError(t, err)
+	_, err = parts.Ensure(ctx)
+	require.NoError(t, err)
+	require.ErrorContains(t, parts.Keep(ctx, 0), "interval must be positive")
+	kctx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- parts.Keep(kctx, 20*time.Millisecond) }()
+	seq := pgx.Identifier{s.Schema(), "events_position_seq"}.Sanitize()
+	pgtest.Exec(t, s.Pool(), `SELECT setval('`+seq+`', 55)`) // past the last partition (it ends at 20)
+	pgtest.Eventually(t, 10*time.Second, func() bool {
+		st, err := parts.Status(ctx)
+		require.NoError(t, err)
+		return st.End == 71
+	}, "partitions up to the one holding 56, and one more")
+	appendOne(t, s, "after", eventstore.NoStream, 1)
+	stop()
+	select {
+	case err := <-done:
+		require.NoError(t, err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("Keep did not return after its context ended")
+	}
+}
