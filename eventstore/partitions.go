@@ -559,8 +559,8 @@ func (p *Partitions) Convert(ctx context.Context) (ConvertResult, error) {
 		return res, fmt.Errorf("eventstore: convert: copy stream heads: %w", err)
 	}
 	res.Streams = tag.RowsAffected()
-	tag, err = s.conn.Exec(ctx, `INSERT INTO `+p.t.ids+` (event_id) SELECT event_id FROM `+p.t.events+
-		` ON CONFLICT DO NOTHING`)
+	tag, err = s.conn.Exec(ctx, `INSERT INTO `+p.t.ids+` (event_id, position) SELECT event_id, position FROM `+
+		p.t.events+` ON CONFLICT DO NOTHING`)
 	if err != nil {
 		return res, fmt.Errorf("eventstore: convert: copy event IDs: %w", err)
 	}

@@ -11,7 +11,7 @@ import (
 // head to the row's version and position. It enforces nothing. {{s}} is the quoted schema.
 const trackFunctionSQL = `CREATE OR REPLACE FUNCTION {{s}}.events_track_append() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
-    INSERT INTO {{s}}.event_ids (event_id) VALUES (NEW.event_id) ON CONFLICT DO NOTHING;
+    INSERT INTO {{s}}.event_ids (event_id, position) VALUES (NEW.event_id, NEW.position) ON CONFLICT DO NOTHING;
     INSERT INTO {{s}}.event_streams AS h (tenant_id, stream_id, version, first_position, last_position)
         VALUES (NEW.tenant_id, NEW.stream_id, NEW.version, NEW.position, NEW.position)
         ON CONFLICT (tenant_id, stream_id) DO UPDATE SET version = greatest(h.version, EXCLUDED.version),
@@ -36,7 +36,7 @@ BEGIN
     IF NEW.version IS NULL THEN
         RETURN NEW; -- a failed version check: the column's NOT NULL constraint reports it
     END IF;
-    INSERT INTO {{s}}.event_ids (event_id) VALUES (NEW.event_id);
+    INSERT INTO {{s}}.event_ids (event_id, position) VALUES (NEW.event_id, NEW.position);
     IF NEW.version = 1 THEN
         INSERT INTO {{s}}.event_streams (tenant_id, stream_id, version, first_position, last_position)
             VALUES (NEW.tenant_id, NEW.stream_id, 1, NEW.position, NEW.position) ON CONFLICT DO NOTHING;

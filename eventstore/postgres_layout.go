@@ -28,6 +28,10 @@ func (s *PostgresStore) partitioned(ctx context.Context) bool {
 	return p
 }
 
+// Partitioned reports whether the store's events table is partitioned by position (see Partitions), as the store
+// last read it (at most 10 s ago).
+func (s *PostgresStore) Partitioned(ctx context.Context) bool { return s.partitioned(ctx) }
+
 // layout returns whether the events table is partitioned and where its archived range ends.
 func (s *PostgresStore) layout(ctx context.Context) (bool, int64) {
 	l := &s.tableLay

@@ -229,13 +229,7 @@ func TestSaveStaysWithinFastPathLocks(t *testing.T) {
 	})
 	t.Run("partitioned", func(t *testing.T) {
 		t.Parallel()
-		pool, schema := pgtest.Migrated(t)
-		parts, err := eventstore.NewPartitions(pool, &eventstore.PartitionConfig{Schema: schema, Size: 100,
-			Ahead: 20, Headroom: 1})
-		require.NoError(t, err)
-		_, err = parts.Convert(context.Background())
-		require.NoError(t, err)
-		saveStaysWithinFastPathLocks(t, setupOn(t, pool, schema))
+		saveStaysWithinFastPathLocks(t, partitionedSetup(t))
 	})
 }
 
