@@ -45,6 +45,37 @@
 // (unlike ordering by transaction ID), and never forever under continuous writes. PostgresConfig.MaxGapWait bounds
 // one ReadLog call's wait; the caller simply retries.
 //
+// # Partitioned events table
+//
+// An events table can be range-partitioned by global position, so that the log grows for years and old
+// partitions are detached and archived without downtime. It is opt-in: Partitions.Convert (or `stagehand events
+// partitions convert`) converts a live table once; a store that never runs it keeps its single table. Every
+// PostgresStore on the schema follows the change by itself (it reads the table's layout at most every 10 s, and
+// appends correctly meanwhile); the conformance suite passes on both layouts.
+//
+// A unique index of a partitioned table must include the partition key, so (tenant_id, stream_id, version), the
+// index that is the concurrency control, and the one on event_id cannot span partitions. Two compact,
+// unpartitioned tables take their place, kept by a BEFORE INSERT row trigger of the partitioned table in the
+// appending statement: event_streams, one row per stream (its version, first and last position), and event_ids.
+// Each new event must continue its stream's head (version 1 creates it, version v moves it from v-1) and bring a
+// new ID, or the statement fails with the unique violation the unpartitioned table raised: a concurrency conflict
+// is still ErrConcurrencyConflict, a repeated ID ErrDuplicateEventID. Appends read the stream's version from its
+// head (one probe) and stream reads visit only the partitions between the stream's first and last events.
+//
+// The gap-safe log is unchanged: an INSERT through the partitioned table holds a RowExclusiveLock on the table
+// itself (and on the partition its row goes to), so a reader that meets a gap waits for the same transactions
+// whichever partition they write.
+//
+// Partitions.Ensure creates partitions ahead of the log (Partitions.Keep runs it every interval in the
+// application; `stagehand events partitions create` from cron does the same); an append whose position has no partition fails with a *NoPartitionError, nothing appended.
+// Partitions.Archive detaches the oldest partition (DETACH PARTITION CONCURRENTLY) and moves it to an archive
+// schema, drops it, or leaves it for pg_dump; it refuses while a log follower's checkpoint, an outbox watermark or
+// parked events still need it, or while streams with events in it have no snapshot taken after them (unless told
+// to go on). Reads that need archived events return an *ArchivedError (ErrArchived): a stream read names the stream
+// and the versions, so a load never rebuilds a state from part of its history; a log read names the archived
+// positions, so a projection rebuilt from the start fails loudly instead of skipping them, and one rebuilt from
+// after them (its checkpoint set past the archived range) reads on.
+//
 // After each append commits, the PostgreSQL store sends a coalesced NOTIFY (never inside the append's
 // transaction, which would serialise commits) on NotifyChannel, so followers react within milliseconds; they also
 // poll, so a lost notification only costs latency.

@@ -95,8 +95,10 @@ type PostgresStore struct {
 	pool *pgxpool.Pool
 	cfg  PostgresConfig
 	t    tables
-	// appends are the append statements, by expectationKind and layout.
-	appends  [4][3]string
+	// appends are the append statements, by table layout (unpartitioned, partitioned), expectationKind and
+	// parameter layout.
+	appends  [2][4][3]string
+	tableLay tableLayout
 	notifier *pgnotify.Notifier
 	channel  string
 
@@ -106,7 +108,7 @@ type PostgresStore struct {
 }
 
 type tables struct {
-	events, snapshots string
+	events, snapshots, streams, archives string
 }
 
 // NewPostgres returns a store on pool. It does not create tables: run stagehand.Migrate first. The pool is not
@@ -125,12 +127,16 @@ func NewPostgres(pool *pgxpool.Pool, cfg *PostgresConfig) (*PostgresStore, error
 		t: tables{
 			events:    pgx.Identifier{c.Schema, "events"}.Sanitize(),
 			snapshots: pgx.Identifier{c.Schema, "snapshots"}.Sanitize(),
+			streams:   pgx.Identifier{c.Schema, "event_streams"}.Sanitize(),
+			archives:  pgx.Identifier{c.Schema, "event_archives"}.Sanitize(),
 		},
 		channel: pgnotify.Channel(c.Schema, "events"),
 	}
-	for i, expected := range []ExpectedVersion{NoStream, AnyVersion, StreamExists, 1} {
-		for _, l := range []layout{single, uniform, mixed} {
-			s.appends[i][l] = s.buildAppendSQL(expected, l)
+	for _, partitioned := range []bool{false, true} {
+		for i, expected := range []ExpectedVersion{NoStream, AnyVersion, StreamExists, 1} {
+			for _, l := range []layout{single, uniform, mixed} {
+				s.appends[b2i(partitioned)][i][l] = s.buildAppendSQL(expected, l, partitioned)
+			}
 		}
 	}
 	if !c.DisableNotify {
@@ -250,7 +256,7 @@ func (s *PostgresStore) appendBy(ctx context.Context, req AppendRequest, lookup 
 	if err != nil {
 		return AppendResult{}, err
 	}
-	sql := s.appendSQL(req.Expected, l)
+	sql := s.appendSQL(ctx, req.Expected, l)
 	for attempt := 0; ; attempt++ {
 		recs, err := insert(sql, args)
 		if err == nil && len(recs) == 0 {
@@ -409,8 +415,19 @@ func scanAppended(rows pgx.Rows) ([]Record, error) {
 // exists (one index probe); for StreamExists, the stream's highest version. A NULL base makes every new version
 // NULL, so the statement fails on the column's NOT NULL constraint (translated into a conflict) rather than
 // inserting nothing: statements queued after it in the same transaction never run after a failed check.
-func (s *PostgresStore) appendSQL(expected ExpectedVersion, l layout) string {
-	return s.appends[expectationKind(expected)][l]
+//
+// On a partitioned events table (see Partitions) the base is read from the stream's head in event_streams (one
+// probe, where the events' own index has one per partition), and the table's trigger is the concurrency control
+// (see migration 035): it moves the head from base to the last new version, or fails as the unique index did.
+func (s *PostgresStore) appendSQL(ctx context.Context, expected ExpectedVersion, l layout) string {
+	return s.appends[b2i(s.partitioned(ctx))][expectationKind(expected)][l]
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // expectationKind indexes the append statements by expected version: NoStream, AnyVersion, StreamExists, exact.
@@ -427,11 +444,18 @@ func expectationKind(expected ExpectedVersion) int {
 }
 
 // buildAppendSQL writes the statement appendSQL returns, once per store for each kind of expectation and layout.
-func (s *PostgresStore) buildAppendSQL(expected ExpectedVersion, l layout) string {
+func (s *PostgresStore) buildAppendSQL(expected ExpectedVersion, l layout, partitioned bool) string {
 	var base string
+	head := `SELECT version FROM ` + s.t.streams + ` WHERE tenant_id = $1 AND stream_id = $2`
 	switch {
 	case expected == NoStream:
 		base = `0::bigint`
+	case partitioned && expected == AnyVersion:
+		base = `(SELECT coalesce((` + head + `), 0))`
+	case partitioned && expected == StreamExists:
+		base = `(` + head + `)`
+	case partitioned:
+		base = `(` + head + ` AND version = $10)`
 	case expected == AnyVersion:
 		base = `(SELECT coalesce(max(version), 0) FROM ` + s.t.events + ` WHERE tenant_id = $1 AND stream_id = $2)`
 	case expected == StreamExists:
@@ -470,12 +494,20 @@ func (s *PostgresStore) buildAppendSQL(expected ExpectedVersion, l layout) strin
 // conflict builds the ConflictError with the stream's current committed version.
 func (s *PostgresStore) conflict(ctx context.Context, db dbtx, req AppendRequest) error {
 	var actual int64
-	err := db.QueryRow(ctx, `SELECT coalesce(max(version), 0) FROM `+s.t.events+
-		` WHERE tenant_id = $1 AND stream_id = $2`, req.Tenant, req.StreamID).Scan(&actual)
+	err := db.QueryRow(ctx, s.versionSQL(ctx), req.Tenant, req.StreamID).Scan(&actual)
 	if err != nil {
 		actual = -1
 	}
 	return &ConflictError{Tenant: req.Tenant, StreamID: req.StreamID, Expected: req.Expected, Actual: actual}
+}
+
+// versionSQL reads a stream's current version ($1 tenant, $2 stream; 0 when it does not exist): its head on a
+// partitioned table, its highest event otherwise.
+func (s *PostgresStore) versionSQL(ctx context.Context) string {
+	if s.partitioned(ctx) {
+		return `SELECT coalesce((SELECT version FROM ` + s.t.streams + ` WHERE tenant_id = $1 AND stream_id = $2), 0)`
+	}
+	return `SELECT coalesce(max(version), 0) FROM ` + s.t.events + ` WHERE tenant_id = $1 AND stream_id = $2`
 }
 
 // translate turns driver errors into the store's typed errors; no raw SQLSTATE reaches the user for an expected
@@ -487,7 +519,7 @@ func (s *PostgresStore) translate(err error, req AppendRequest) error {
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && pgErr.Code == "23505" {
 		switch pgErr.ConstraintName {
-		case "events_event_id_key":
+		case "events_event_id_key", "event_ids_pkey":
 			return fmt.Errorf("%w: an event of the append to stream %q is already stored", ErrDuplicateEventID,
 				req.StreamID)
 		case "events_stream_version_key":
@@ -496,6 +528,9 @@ func (s *PostgresStore) translate(err error, req AppendRequest) error {
 	}
 	if failedVersionCheck(err) {
 		return ErrConcurrencyConflict
+	}
+	if np := noPartition(err); np != nil {
+		return np
 	}
 	if terr := translateData(err, req); terr != nil {
 		return terr
@@ -508,7 +543,7 @@ func (s *PostgresStore) translate(err error, req AppendRequest) error {
 func failedVersionCheck(err error) bool {
 	var pgErr *pgconn.PgError
 	return errors.As(err, &pgErr) && pgErr.Code == "23502" && pgErr.ColumnName == "version" &&
-		pgErr.TableName == "events"
+		(pgErr.TableName == "events" || isPartitionName(pgErr.TableName))
 }
 
 // finishRecord normalises times to UTC and decodes the metadata column tolerantly: values that are not strings are
@@ -541,6 +576,9 @@ func (s *PostgresStore) Stream(ctx context.Context, tenant, streamID string) (St
 			WHERE tenant_id = $1 AND stream_id = $2 ORDER BY version LIMIT 1) f`, tenant, streamID).
 		Scan(&info.StreamType, &info.Version, &info.CreatedAt, &info.UpdatedAt)
 	if errors.Is(err, pgx.ErrNoRows) {
+		if _, err := s.readStream(ctx, s.pool, tenant, streamID, 1); err != nil {
+			return info, err // not found, or archived
+		}
 		return info, fmt.Errorf("%w: %q (tenant %q)", ErrStreamNotFound, streamID, tenant)
 	}
 	if err != nil {

@@ -17,6 +17,9 @@ func (s *PostgresStore) ReadLog(ctx context.Context, q LogQuery) (LogPage, error
 	if err := s.checkPrimary(ctx); err != nil {
 		return LogPage{}, err
 	}
+	if _, to := s.layout(ctx); q.After < to-1 {
+		return LogPage{}, s.archivedLog(ctx, q.After)
+	}
 	limit := q.limit()
 	deadline := time.Now().Add(s.cfg.MaxGapWait)
 	// Positions up to settled are final: anything missing at or below it can never commit.
@@ -38,9 +41,13 @@ func (s *PostgresStore) ReadLog(ctx context.Context, q LogQuery) (LogPage, error
 		// A position is missing below the highest one read. Whoever drew it did so before that highest row was
 		// written, holding a RowExclusiveLock on events from before the draw until its end. Wait for every current
 		// holder to end; then a re-read shows the missing position if it committed, and it is final if not.
-		holders, err := s.lockHolders(ctx)
+		holders, archivedTo, err := s.lockHolders(ctx)
 		if err != nil {
 			return LogPage{}, err
+		}
+		if gap < archivedTo {
+			// Not a gap: archived positions (archived after this store last looked).
+			return LogPage{}, s.archivedLog(ctx, q.After)
 		}
 		highest := page.highest()
 		if len(holders) > 0 {
@@ -174,24 +181,38 @@ const holderFilter = `l.locktype = 'relation' AND l.relation = $1::regclass AND 
 // lockHolders returns the virtual transaction IDs of the transactions that may still commit a missing position
 // (holderFilter). On a server in recovery (a hot standby) the primary's transactions are not in pg_locks, so a
 // gap cannot be judged there: it returns an *InRecoveryError.
-func (s *PostgresStore) lockHolders(ctx context.Context) ([]string, error) {
+//
+// It also returns where the archived positions end (0 when nothing is archived): a missing position below it was
+// archived, not drawn by an append in flight.
+func (s *PostgresStore) lockHolders(ctx context.Context) ([]string, int64, error) {
 	var holders []string
 	var inRecovery bool
+	var archivedTo int64
 	err := s.pool.QueryRow(ctx, `SELECT pg_is_in_recovery(), coalesce((SELECT array_agg(DISTINCT l.virtualtransaction)
-		FROM pg_locks l WHERE `+holderFilter+`), '{}')`, s.t.events).Scan(&inRecovery, &holders)
+		FROM pg_locks l WHERE `+holderFilter+`), '{}'), coalesce((SELECT max(to_position) FROM `+s.t.archives+`), 0)`,
+		s.t.events).Scan(&inRecovery, &holders, &archivedTo)
 	if err != nil {
-		return nil, fmt.Errorf("eventstore: read lock holders of %s (did you run stagehand.Migrate?): %w",
+		return nil, 0, fmt.Errorf("eventstore: read lock holders of %s (did you run stagehand.Migrate?): %w",
 			s.t.events, err)
 	}
 	if s.recoveryProbe != nil {
 		if inRecovery, err = s.recoveryProbe(ctx); err != nil {
-			return nil, err
+			return nil, 0, err
 		}
 	}
 	if inRecovery {
-		return nil, &InRecoveryError{Schema: s.cfg.Schema}
+		return nil, 0, &InRecoveryError{Schema: s.cfg.Schema}
 	}
-	return holders, nil
+	return holders, archivedTo, nil
+}
+
+// archivedLog is the *ArchivedError of a log read after position after.
+func (s *PostgresStore) archivedLog(ctx context.Context, after int64) error {
+	from, to, err := s.archivedRange(ctx, s.pool)
+	if err != nil {
+		return err
+	}
+	return &ArchivedError{After: after, ArchivedFrom: from, ArchivedTo: to}
 }
 
 // checkPrimary refuses, on the store's first ReadLog, to follow the log on a server in recovery, so a reader

@@ -32,8 +32,7 @@ func (s *PostgresStore) AppendQueued(ctx context.Context, req AppendRequest, que
 	}
 	for attempt := 0; ; attempt++ {
 		var current int64
-		if err := s.pool.QueryRow(ctx, `SELECT coalesce(max(version), 0) FROM `+s.t.events+
-			` WHERE tenant_id = $1 AND stream_id = $2`, req.Tenant, req.StreamID).Scan(&current); err != nil {
+		if err := s.pool.QueryRow(ctx, s.versionSQL(ctx), req.Tenant, req.StreamID).Scan(&current); err != nil {
 			return AppendResult{}, fmt.Errorf("eventstore: read the version of stream %q: %w", req.StreamID, err)
 		}
 		if current == 0 && req.Expected == StreamExists {
@@ -65,7 +64,7 @@ func (s *PostgresStore) appendPipelined(ctx context.Context, req AppendRequest, 
 	b := &pgx.Batch{}
 	var recs []Record
 	inserted := false
-	b.Queue(s.appendSQL(req.Expected, l), args...).Query(func(rows pgx.Rows) (err error) {
+	b.Queue(s.appendSQL(ctx, req.Expected, l), args...).Query(func(rows pgx.Rows) (err error) {
 		recs, err = scanAppended(rows)
 		inserted = err == nil
 		return err

@@ -12,9 +12,7 @@ import (
 func (s *PostgresStore) readStream(ctx context.Context, db dbtx, tenant, streamID string, fromVersion int64) (
 	[]Record, error) {
 	tenant = tenantOrDefault(tenant)
-	rows, err := db.Query(ctx, `SELECT position, stream_type, version, event_id, event_type, event_version,
-			payload, metadata, occurred_at, recorded_at FROM `+s.t.events+`
-		WHERE tenant_id = $1 AND stream_id = $2 AND version >= $3 ORDER BY version`, tenant, streamID, fromVersion)
+	rows, err := db.Query(ctx, s.readStreamSQL(ctx), tenant, streamID, fromVersion)
 	if err != nil {
 		return nil, fmt.Errorf("eventstore: read stream %q: %w", streamID, err)
 	}
@@ -35,7 +33,31 @@ func (s *PostgresStore) readStream(ctx context.Context, db dbtx, tenant, streamI
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("eventstore: read stream %q: %w", streamID, err)
 	}
+	first := max(fromVersion, 1)
+	if len(out) > 0 && out[0].Version > first {
+		// Versions first..out[0].Version-1 are not stored: archived (or removed by hand, when nothing is).
+		return s.archivedStream(ctx, db, tenant, streamID, first, out[0].Version-1, out)
+	}
 	if len(out) == 0 {
+		// Read the layout afresh: a table converted or archived under this store since it last looked must not
+		// make an archived stream look absent.
+		s.forgetLayout()
+		if s.partitioned(ctx) {
+			// The stream's head outlives its archived events.
+			var head int64
+			err := db.QueryRow(ctx, `SELECT version FROM `+s.t.streams+` WHERE tenant_id = $1 AND stream_id = $2`,
+				tenant, streamID).Scan(&head)
+			if errors.Is(err, pgx.ErrNoRows) {
+				return nil, fmt.Errorf("%w: %q (tenant %q)", ErrStreamNotFound, streamID, tenant)
+			}
+			if err != nil {
+				return nil, fmt.Errorf("eventstore: read stream %q: %w", streamID, err)
+			}
+			if head >= first {
+				return s.archivedStream(ctx, db, tenant, streamID, first, head, out)
+			}
+			return out, nil
+		}
 		var exists bool
 		if err := db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM `+s.t.events+
 			` WHERE tenant_id = $1 AND stream_id = $2)`, tenant, streamID).Scan(&exists); err != nil {
@@ -46,6 +68,35 @@ func (s *PostgresStore) readStream(ctx context.Context, db dbtx, tenant, streamI
 		}
 	}
 	return out, nil
+}
+
+// readStreamSQL reads a stream's events from a version on ($1 tenant, $2 stream, $3 version). On a partitioned table
+// the stream's head bounds the positions, so PostgreSQL visits only the partitions between its first and its last
+// event (it prunes the others as the statement runs, from the bounds' subqueries).
+func (s *PostgresStore) readStreamSQL(ctx context.Context) string {
+	cols := `SELECT position, stream_type, version, event_id, event_type, event_version, payload, metadata,
+			occurred_at, recorded_at FROM ` + s.t.events + `
+		WHERE tenant_id = $1 AND stream_id = $2 AND version >= $3`
+	if s.partitioned(ctx) {
+		head := ` FROM ` + s.t.streams + ` WHERE tenant_id = $1 AND stream_id = $2)`
+		cols += ` AND position >= (SELECT first_position` + head + ` AND position <= (SELECT last_position` + head
+	}
+	return cols + ` ORDER BY version`
+}
+
+// archivedStream is the outcome of a stream read that found versions from..to missing: an *ArchivedError when
+// partitions were archived; otherwise (rows removed by hand from an unarchived store) the records as read.
+func (s *PostgresStore) archivedStream(ctx context.Context, db dbtx, tenant, streamID string, from, to int64,
+	read []Record) ([]Record, error) {
+	af, at, err := s.archivedRange(ctx, db)
+	if err != nil {
+		return nil, err
+	}
+	if at == 0 {
+		return read, nil
+	}
+	return nil, &ArchivedError{Tenant: tenant, StreamID: streamID, FromVersion: from, ToVersion: to,
+		ArchivedFrom: af, ArchivedTo: at}
 }
 
 // ReadStreamTx implements TransactionalStore.

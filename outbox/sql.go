@@ -94,7 +94,7 @@ func newQueries(schema string) (queries, error) {
 	if err != nil {
 		return queries{}, err
 	}
-	q.staging, err = q.stagingStatements("")
+	q.staging, err = q.stagingStatements("", false)
 	return q, err
 }
 
@@ -109,12 +109,17 @@ type stagingStatements struct {
 // transaction (StageOptions.Source), and a message takes the position of the event named by its causation ID: the
 // position sequence's current value for the append's last event (its ID takes the place of the source position
 // among a single message's arguments, and comes last among several messages'), a lookup by event ID for the
-// others.
-func (q *queries) stagingStatements(events string) (stagingStatements, error) {
+// others: in the events table, or in the store's event_ids table when it is partitioned (one index instead of one
+// per partition).
+func (q *queries) stagingStatements(events string, partitioned bool) (stagingStatements, error) {
 	idents := q.idents
 	one, many := "$11::bigint", "n.source_position"
 	if events != "" {
-		idents = map[string]string{"events": pgx.Identifier{events, "events"}.Sanitize(),
+		lookup := "events"
+		if partitioned {
+			lookup = "event_ids"
+		}
+		idents = map[string]string{"events": pgx.Identifier{events, lookup}.Sanitize(),
 			"events_seq": strings.ReplaceAll(pgx.Identifier{events, "events_position_seq"}.Sanitize(), "'", "''")}
 		for k, v := range q.idents {
 			idents[k] = v

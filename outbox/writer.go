@@ -89,6 +89,10 @@ type AppendSource struct {
 	// sequence in this session: its messages take that sequence's current value, without looking the event up.
 	// The others look their event up by ID.
 	LastEventID string
+	// Partitioned says the store's events table is partitioned (eventstore.PostgresStore.Partitioned): an event
+	// is then looked up by ID in its event_ids table (one index) rather than in the events table (one index per
+	// partition, every one of them locked by the statement).
+	Partitioned bool
 }
 
 // Staged reports what queued staging statements did, once the batch holding them has been sent and its results
@@ -135,7 +139,7 @@ func (o *Outbox) QueueStage(ctx context.Context, b *pgx.Batch, opts *StageOption
 	}
 	st := o.q.staging
 	if opt.Source != nil {
-		if st, err = o.sourcedStatements(opt.Source.Schema); err != nil {
+		if st, err = o.sourcedStatements(opt.Source.Schema, opt.Source.Partitioned); err != nil {
 			return nil, err
 		}
 	}
@@ -190,18 +194,25 @@ func (o *Outbox) QueueStage(ctx context.Context, b *pgx.Batch, opts *StageOption
 	return staged, nil
 }
 
-// sourcedStatements returns the staging statements that take source positions from the events table in schema
-// (StageOptions.Source), expanded once per schema.
-func (o *Outbox) sourcedStatements(schema string) (stagingStatements, error) {
-	if st, ok := o.sourced.Load(schema); ok {
+// sourcedStatements returns the staging statements that take source positions from the event store in schema
+// (StageOptions.Source), expanded once per schema and layout.
+func (o *Outbox) sourcedStatements(schema string, partitioned bool) (stagingStatements, error) {
+	key := sourcedKey{schema, partitioned}
+	if st, ok := o.sourced.Load(key); ok {
 		return st.(stagingStatements), nil
 	}
-	st, err := o.q.stagingStatements(schema)
+	st, err := o.q.stagingStatements(schema, partitioned)
 	if err != nil {
 		return stagingStatements{}, err
 	}
-	cached, _ := o.sourced.LoadOrStore(schema, st)
+	cached, _ := o.sourced.LoadOrStore(key, st)
 	return cached.(stagingStatements), nil
+}
+
+// sourcedKey keys the sourced staging statements.
+type sourcedKey struct {
+	schema      string
+	partitioned bool
 }
 
 type stageArgs struct {

@@ -214,11 +214,40 @@ func (p *Projection) Rebuild(ctx context.Context) error {
 	return nil
 }
 
+// RebuildFrom is Rebuild from the events after position after instead of the whole log: the reset moves every
+// partition's checkpoint to after. It is how a projection is rebuilt once the start of a partitioned log has been
+// archived (eventstore.Partitions.Archive): a rebuild that would read archived events (from the start, or from any
+// position before the end of the archived range) is refused with an *eventstore.ArchivedError, nothing recorded,
+// rather than skip them; from the end of the archived range on (ArchivedError.ArchivedTo - 1), it reads on,
+// knowingly without them. (Archive in turn refuses while a rebuild is pending.)
+func (p *Projection) RebuildFrom(ctx context.Context, after int64) error {
+	if err := RequestRebuildFrom(ctx, p.pool, p.cfg.Schema, p.cfg.Name, after); err != nil {
+		return err
+	}
+	for _, f := range p.followers {
+		f.Wake()
+	}
+	return nil
+}
+
 // RequestRebuild records a rebuild request for the projection name in schema; the process running the
 // projection performs it (see Projection.Rebuild). A name with no checkpoint in schema (a projection that never
-// ran there, or a typo) is an error matching ErrUnknownProjection, and nothing is recorded.
+// ran there, or a typo) is an error matching ErrUnknownProjection, and nothing is recorded. Once the start of the
+// log is archived it is refused (eventstore.ErrArchived): see RequestRebuildFrom.
 func RequestRebuild(ctx context.Context, db DB, schema, name string) error {
-	n, err := logfollow.RequestReset(ctx, db, schema, name)
+	return RequestRebuildFrom(ctx, db, schema, name, 0)
+}
+
+// RequestRebuildFrom is RequestRebuild from the events after position after (see Projection.RebuildFrom). A
+// negative position is an error.
+func RequestRebuildFrom(ctx context.Context, db DB, schema, name string, after int64) error {
+	if after < 0 {
+		return fmt.Errorf("projection: rebuild %q from position %d: must not be negative", name, after)
+	}
+	if err := eventstore.CheckLogFrom(ctx, db, schema, after); err != nil {
+		return fmt.Errorf("projection: rebuild %q: %w", name, err)
+	}
+	n, err := logfollow.RequestReset(ctx, db, schema, name, after)
 	if err != nil {
 		return fmt.Errorf("projection: rebuild %q: %w", name, err)
 	}

@@ -7,6 +7,11 @@ package staging
 // Deferred:
 //
 //	go test ./staging -run '^$' -bench . -benchtime 1x
+//
+// With STAGEHAND_BENCH_PARTITIONED=1 the events table of every benchmark's schema is first partitioned by position
+// (eventstore.Partitions, partitions of 100,000 positions): both sides then insert through the partitioned table
+// and its trigger (the raw side's INSERT too), so the ratios say what stagehand adds there, and the rates beside a
+// run without it what partitioning costs.
 
 import (
 	"context"
@@ -32,6 +37,16 @@ import (
 func benchEnv(b *testing.B) *env {
 	b.Helper()
 	pool, schema := pgtest.MigratedOn(b, pgtest.DurableURL(b))
+	if os.Getenv("STAGEHAND_BENCH_PARTITIONED") != "" {
+		parts, err := eventstore.NewPartitions(pool, &eventstore.PartitionConfig{Schema: schema, Size: 100_000,
+			Ahead: 4, Headroom: 1})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := parts.Convert(context.Background()); err != nil {
+			b.Fatal(err)
+		}
+	}
 	e := setupOn(b, pool, schema)
 	m := NewMapping(e.reg)
 	_ = Map(m, "placed", func(src eventstore.Record, ev OrderPlaced) ([]Message, error) {

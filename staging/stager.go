@@ -226,7 +226,8 @@ func (s *Stager) appendQueued(ctx context.Context, store eventstore.QueuedAppend
 	res, err := store.AppendQueued(ctx, batch.Request, func(ctx context.Context, planned eventstore.AppendResult,
 		b *pgx.Batch) error {
 		opts := &outbox.StageOptions{NewIDs: true, EndsTransaction: true, Source: &outbox.AppendSource{
-			Schema: storeSchema(store), LastEventID: planned.Records[len(planned.Records)-1].EventID.String()}}
+			Schema: storeSchema(store), LastEventID: planned.Records[len(planned.Records)-1].EventID.String(),
+			Partitioned: storePartitioned(ctx, store)}}
 		var sctx context.Context
 		sctx, span = startStage(ctx, s.tracer, s.strategy, batch.Request)
 		msgs, err := s.messagesFor(planned.Records, batch.Events)
@@ -250,6 +251,12 @@ func (s *Stager) appendQueued(ctx context.Context, store eventstore.QueuedAppend
 }
 
 // storeSchema is the schema of a PostgreSQL event store's tables.
+// storePartitioned reports whether store is a PostgreSQL store whose events table is partitioned.
+func storePartitioned(ctx context.Context, store any) bool {
+	ps, ok := store.(interface{ Partitioned(context.Context) bool })
+	return ok && ps.Partitioned(ctx)
+}
+
 func storeSchema(store any) string {
 	if ps, ok := store.(interface{ Schema() string }); ok {
 		return ps.Schema()

@@ -120,10 +120,33 @@ func TestTransactionalStagesInTheAppendTransaction(t *testing.T) {
 // A Transactional save builds its messages before the insert, so the staging statement reads each message's source
 // position from its event: the last event's through the position sequence, the others by event ID. Concurrent saves
 // interleave their positions, and every staged message must still carry its own event's position (the watermark
-// rules of cleanup depend on it); a mapping sees the records as they will be stored, without position.
+// rules of cleanup depend on it); a mapping sees the records as they will be stored, without position. On an events
+// table partitioned by position too, where the lookup by event ID reads the store's event_ids table.
 func TestTransactionalMessagesCarryTheirEventsPositions(t *testing.T) {
 	t.Parallel()
-	e := setup(t)
+	t.Run("unpartitioned", func(t *testing.T) {
+		t.Parallel()
+		transactionalMessagesCarryTheirEventsPositions(t, setup(t))
+	})
+	t.Run("partitioned", func(t *testing.T) {
+		t.Parallel()
+		transactionalMessagesCarryTheirEventsPositions(t, partitionedSetup(t))
+	})
+}
+
+// partitionedSetup is setup on a schema whose events table is partitioned by position (partitions of 20).
+func partitionedSetup(t *testing.T) *env {
+	t.Helper()
+	pool, schema := pgtest.Migrated(t)
+	parts, err := eventstore.NewPartitions(pool, &eventstore.PartitionConfig{Schema: schema, Size: 20, Ahead: 20,
+		Headroom: 1})
+	require.NoError(t, err)
+	_, err = parts.Convert(context.Background())
+	require.NoError(t, err)
+	return setupOn(t, pool, schema)
+}
+
+func transactionalMessagesCarryTheirEventsPositions(t *testing.T, e *env) {
 	ctx := context.Background()
 	m := NewMapping(e.reg)
 	var sawPosition atomic.Int64

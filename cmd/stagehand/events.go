@@ -17,10 +17,10 @@ import (
 )
 
 func (a *app) eventsCommand() *cobra.Command {
-	return group("events", "Read the event log",
+	return group("events", "Read the event log; partition and archive it",
 		`Read the global event log (in position order, gap-safe: an event that commits late is never skipped) or
-one stream.`,
-		a.eventsTailCommand(), a.eventsStreamCommand())
+one stream, and manage the partitions of an events table partitioned by position.`,
+		a.eventsTailCommand(), a.eventsStreamCommand(), a.partitionsCommand())
 }
 
 type eventJSON struct {

@@ -157,21 +157,28 @@ func (a *app) projectionRebuildCommand() *cobra.Command {
 		wait    bool
 		timeout time.Duration
 		poll    time.Duration
+		after   int64
 	)
 	c := &cobra.Command{
 		Use:   "rebuild NAME",
 		Short: "Request a rebuild of a projection, and optionally wait for it",
 		Long: `Record a rebuild request for the projection NAME. The process running it performs it within about a
 poll interval: it resets the read model and every partition's checkpoint in one transaction, then replays the whole
-log (a projection that is not running does it when it next starts).
+log (a projection that is not running does it when it next starts). --after N replays only the events after
+position N: once the start of a partitioned log is archived, a rebuild that would read archived events is refused
+(exit 1, naming the archived range), and --after the range's last position rebuilds from what remains.
 
 With --wait the command waits until the rebuild has caught up with the head of the log as it was when the request
 was made, showing a progress bar with the elapsed time and an ETA when standard output is a terminal. Ctrl-C stops
 waiting; the rebuild goes on.`,
 		Example: `  stagehand projection rebuild balances
-  stagehand projection rebuild balances --wait --timeout 30m`,
+  stagehand projection rebuild balances --wait --timeout 30m
+  stagehand projection rebuild balances --after 1000000   # the log up to 1000000 is archived`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if after < 0 {
+				return usageErrorf("--after must not be negative")
+			}
 			if timeout < 0 {
 				return usageErrorf("--timeout must not be negative")
 			}
@@ -191,7 +198,7 @@ waiting; the rebuild goes on.`,
 			if err != nil {
 				return a.dbError(err)
 			}
-			if err := projection.RequestRebuild(ctx, store.Pool(), a.schema, name); err != nil {
+			if err := projection.RequestRebuildFrom(ctx, store.Pool(), a.schema, name, after); err != nil {
 				return a.dbError(err)
 			}
 			if !wait {
@@ -217,6 +224,7 @@ waiting; the rebuild goes on.`,
 		},
 	}
 	c.Flags().BoolVar(&wait, "wait", false, "wait until the rebuild has caught up, with progress")
+	c.Flags().Int64Var(&after, "after", 0, "replay only the events after this position (default: the whole log)")
 	c.Flags().DurationVar(&timeout, "timeout", 0, "with --wait: give up waiting after this long (0: never)")
 	c.Flags().DurationVar(&poll, "poll-interval", 500*time.Millisecond, "with --wait: how often to read the status")
 	return c

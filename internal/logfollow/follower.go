@@ -547,7 +547,8 @@ func (f *Follower) reset(ctx context.Context, l lease.Lease, p *progress) error 
 				return f.errorf("reset: %w", err)
 			}
 		}
-		if _, err := tx.Exec(ctx, `UPDATE `+f.table+` SET position = 0, reset_requested = false,
+		if _, err := tx.Exec(ctx, `UPDATE `+f.table+` SET position = reset_position, reset_position = 0,
+			reset_requested = false,
 			failing_position = NULL, attempts = 0, last_event_at = NULL, updated_at = now()
 			WHERE reset_group = $1`, f.cfg.ResetGroup); err != nil {
 			return f.errorf("reset checkpoints of %q: %w", f.cfg.ResetGroup, err)
@@ -557,7 +558,7 @@ func (f *Follower) reset(ctx context.Context, l lease.Lease, p *progress) error 
 		return f.errorf("commit reset: %w", err)
 	}
 	if requested {
-		f.cfg.Logger.InfoContext(ctx, "stagehand: log follower reset to the start", "name", f.cfg.Name,
+		f.cfg.Logger.InfoContext(ctx, "stagehand: log follower reset", "name", f.cfg.Name,
 			"group", f.cfg.ResetGroup)
 	}
 	p.reset, p.reload = false, true

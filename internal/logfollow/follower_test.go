@@ -391,7 +391,7 @@ func TestResetReplaysFromTheStart(t *testing.T) {
 	}}
 	start(t, x.newFollower(t, x.store, x.record("f"), cfg))
 	pgtest.Eventually(t, 10*time.Second, func() bool { return x.applied(t) == 4 }, "catch-up")
-	n, err := logfollow.RequestReset(context.Background(), x.pool, x.schema, "f")
+	n, err := logfollow.RequestReset(context.Background(), x.pool, x.schema, "f", 0)
 	require.NoError(t, err)
 	require.Equal(t, int64(1), n)
 	pgtest.Eventually(t, 10*time.Second, func() bool { return resets.Load() == 1 }, "reset performed")

@@ -128,12 +128,13 @@ func Positions(ctx context.Context, db DB, schema, kind, group string) (map[stri
 	return out, nil
 }
 
-// RequestReset asks every follower of a reset group to start again from the beginning of the log. The holder of
-// a follower's lease performs it (OnReset, then position 0) within about a PollInterval; a follower that is not
-// running does it when it next starts. It returns how many checkpoints were marked (0 when the group never ran).
-func RequestReset(ctx context.Context, db DB, schema, group string) (int64, error) {
+// RequestReset asks every follower of a reset group to start again from position after of the log (0: from the
+// beginning). The holder of a follower's lease performs it (OnReset, then the position) within about a
+// PollInterval; a follower that is not running does it when it next starts. It returns how many checkpoints were
+// marked (0 when the group never ran).
+func RequestReset(ctx context.Context, db DB, schema, group string, after int64) (int64, error) {
 	tag, err := db.Exec(ctx, `UPDATE `+pgx.Identifier{schema, "checkpoints"}.Sanitize()+`
-		SET reset_requested = true, updated_at = now() WHERE reset_group = $1`, group)
+		SET reset_requested = true, reset_position = $2, updated_at = now() WHERE reset_group = $1`, group, after)
 	if err != nil {
 		return 0, fmt.Errorf("request reset of %q: %w", group, err)
 	}
