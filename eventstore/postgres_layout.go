@@ -3,6 +3,7 @@ package eventstore
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -12,9 +13,15 @@ import (
 const layoutTTL = 10 * time.Second
 
 // tableLayout caches whether the events table is partitioned, and the positions archived below (the end of the
-// archived range, 0 when nothing is archived).
+// archived range, 0 when nothing is archived). Appends read it on every call, so reading it takes no lock: the
+// state is swapped whole, and once it is older than layoutTTL one caller reads it again while the others go on
+// with what was known (the first read, and the one after forgetLayout, make every caller wait for it).
 type tableLayout struct {
-	mu          sync.Mutex
+	cur     atomic.Pointer[layoutState]
+	reading sync.Mutex // held by the caller reading the layout
+}
+
+type layoutState struct {
 	checked     time.Time
 	partitioned bool
 	archivedTo  int64
@@ -35,10 +42,22 @@ func (s *PostgresStore) Partitioned(ctx context.Context) bool { return s.partiti
 // layout returns whether the events table is partitioned and where its archived range ends.
 func (s *PostgresStore) layout(ctx context.Context) (bool, int64) {
 	l := &s.tableLay
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if !l.checked.IsZero() && time.Since(l.checked) < layoutTTL {
-		return l.partitioned, l.archivedTo
+	st := l.cur.Load()
+	if st != nil && time.Since(st.checked) < layoutTTL {
+		return st.partitioned, st.archivedTo
+	}
+	if st == nil {
+		l.reading.Lock()
+	} else if !l.reading.TryLock() {
+		return st.partitioned, st.archivedTo // another caller is reading it
+	}
+	defer l.reading.Unlock()
+	if now := l.cur.Load(); now != nil && time.Since(now.checked) < layoutTTL {
+		return now.partitioned, now.archivedTo // read meanwhile
+	}
+	next := &layoutState{checked: time.Now()}
+	if st != nil {
+		next.partitioned, next.archivedTo = st.partitioned, st.archivedTo
 	}
 	var partitioned bool
 	var archivedTo int64
@@ -46,15 +65,11 @@ func (s *PostgresStore) layout(ctx context.Context) (bool, int64) {
 			false), coalesce((SELECT max(to_position) FROM `+s.t.archives+`), 0)`, s.t.events).
 		Scan(&partitioned, &archivedTo)
 	if err == nil {
-		l.partitioned, l.archivedTo = partitioned, archivedTo
+		next.partitioned, next.archivedTo = partitioned, archivedTo
 	}
-	l.checked = time.Now()
-	return l.partitioned, l.archivedTo
+	l.cur.Store(next)
+	return next.partitioned, next.archivedTo
 }
 
 // forgetLayout makes the next statement read the layout again (after this process converted or archived).
-func (s *PostgresStore) forgetLayout() {
-	s.tableLay.mu.Lock()
-	s.tableLay.checked = time.Time{}
-	s.tableLay.mu.Unlock()
-}
+func (s *PostgresStore) forgetLayout() { s.tableLay.cur.Store(nil) }
