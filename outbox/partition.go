@@ -36,6 +36,8 @@ type group struct {
 	cancel context.CancelFunc
 	ended  chan struct{} // closed when every loop has ended (and the subscription's channel is closed)
 
+	sweeps sweepClock // one sweep per interval for all the group's partitions
+
 	mu       sync.Mutex
 	result   DrainResult
 	drainErr error
@@ -206,7 +208,7 @@ func (g *group) term(ctx context.Context, p int, wake chan struct{}, fence *leas
 	}
 	loop := &claimLoop{
 		relay: r, cfg: &r.s, topics: g.topics, drain: g.drain, listen: wake, part: p, deliver: g.deliver,
-		ctx: ctx, cancel: cancel,
+		sweeps: &g.sweeps, ctx: ctx, cancel: cancel,
 		db:     &relayDB{o: r.o, st: &r.st, owner: owner, fence: fence, logger: r.s.logger, part: p, end: cancel},
 		flight: newInflight(), marks: newMarker(), promos: &promoter{},
 		pause: newBrokerPause(r.s.brokerBackoff, r.s.nextBrokerBackoff),

@@ -2,6 +2,7 @@ package outbox
 
 import (
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -14,14 +15,12 @@ func (loop *claimLoop) claimer() {
 	poll := time.NewTimer(0)
 	defer poll.Stop()
 	sweepEvery := min(max(5*loop.cfg.pollingInterval, time.Second), 30*time.Second)
-	var lastSweep time.Time
 	for {
 		if loop.ctx.Err() != nil {
 			return
 		}
-		if time.Since(lastSweep) >= sweepEvery {
+		if loop.sweeps.due(sweepEvery) {
 			loop.sweep()
-			lastSweep = time.Now()
 		}
 		if !loop.pause.wait(loop.ctx) {
 			return
@@ -155,6 +154,21 @@ func (loop *claimLoop) runLength() int {
 // to fill the batch with runs (one promotion per run rather than per message), while bounding what the claim reads.
 func (loop *claimLoop) runHeads() int {
 	return max(2*loop.cfg.parallelism, (loop.cfg.batchSize+7)/8)
+}
+
+// sweepClock spaces the sweeps of one subscription's (or drain's) claim loops. A sweep visits every parked key of
+// the outbox, whatever its partition, so one sweep per interval serves every partition of the relay; each loop
+// sweeping on its own clock made Partitions sweeps of the whole table per interval.
+type sweepClock struct{ last atomic.Int64 } // unix nanoseconds of the latest sweep; 0: none yet
+
+// due reports whether a sweep is due, and if so claims it for the caller: of loops asking at once, one gets true.
+func (c *sweepClock) due(every time.Duration) bool {
+	last := c.last.Load()
+	now := time.Now().UnixNano()
+	if last != 0 && now-last < int64(every) {
+		return false
+	}
+	return c.last.CompareAndSwap(last, now)
 }
 
 // sweep promotes the first message of keys whose promotion was missed (see queries.sweep).

@@ -329,3 +329,40 @@ type noopPublisher struct{}
 
 func (noopPublisher) Publish(string, ...*message.Message) error { return nil }
 func (noopPublisher) Close() error                              { return nil }
+
+// The sweep for missed promotions visits every parked key of the outbox, whatever its partition, so a relay runs
+// one per interval for all its partitions (it ran one per partition: with 8 partitions and a deep backlog of keys,
+// the redundant sweeps were a fifth of the database's time in a drain). Counted by a statement trigger, with and
+// without leader election.
+func TestPartitionedRelaySweepsOncePerInterval(t *testing.T) {
+	t.Parallel()
+	for _, leader := range []string{"", "orders-relay"} {
+		t.Run(fmt.Sprintf("leader=%q", leader), func(t *testing.T) {
+			t.Parallel()
+			e := setup(t)
+			sweeps := pgtest.Q(e.schema, "sweeps")
+			pgtest.Exec(t, e.pool, `CREATE TABLE `+sweeps+` (at timestamptz NOT NULL DEFAULT now())`)
+			pgtest.Exec(t, e.pool, `CREATE FUNCTION `+pgtest.Q(e.schema, "count_sweeps")+`() RETURNS trigger
+				LANGUAGE plpgsql AS $$ BEGIN
+					IF current_query() LIKE '%WITH RECURSIVE parked%' THEN INSERT INTO `+sweeps+` DEFAULT VALUES; END IF;
+					RETURN NULL;
+				END $$`)
+			pgtest.Exec(t, e.pool, `CREATE TRIGGER count_sweeps AFTER UPDATE ON `+pgtest.Q(e.schema, "outbox")+
+				` FOR EACH STATEMENT EXECUTE FUNCTION `+pgtest.Q(e.schema, "count_sweeps")+`()`)
+			r := e.relay(func(c *outbox.RelayConfig) {
+				c.Partitions = 8
+				c.PollingInterval = 100 * time.Millisecond // a sweep every second
+				if leader != "" {
+					c.LeaderElection, c.LeaderTTL = leader, time.Second
+				}
+			})
+			router := runRouter(t, r, newBroker(), nil)
+			time.Sleep(3500 * time.Millisecond)
+			require.NoError(t, router.Close())
+			n := e.count("sweeps")
+			// About four (at the start, then every second); one per partition per second would be about 32.
+			require.GreaterOrEqual(t, n, int64(2), "the relay sweeps")
+			require.LessOrEqual(t, n, int64(7), "one sweep per interval for all eight partitions")
+		})
+	}
+}
