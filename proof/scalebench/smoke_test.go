@@ -41,7 +41,7 @@ func TestSmoke(t *testing.T) {
 	r.evenly(30*time.Second, "", a, b)
 	t.Logf("partitions evenly led after %s", time.Since(start).Round(time.Millisecond))
 
-	require.NoError(t, stageBacklog(ctx, r.pool, r.ob, "smoke1", flatKeys(keys), 2000))
+	require.NoError(t, stageBacklog(ctx, r.pool, r.ob, "smoke1", flatKeys(keys), 2000, true))
 	r.waitFor(60*time.Second, "first backlog drained", r.empty("outbox"), a, b)
 	r.waitFor(5*time.Second, "every publish reported", func() (bool, error) {
 		return a.Count()+b.Count() >= 2000, nil
@@ -66,7 +66,7 @@ func TestSmoke(t *testing.T) {
 	took := r.evenly(ttl+10*time.Second, "", a)
 	t.Logf("the survivor led every partition %s after the kill (LeaderTTL %s)", took.Round(time.Millisecond), ttl)
 
-	require.NoError(t, stageBacklog(ctx, r.pool, r.ob, "smoke2", flatKeys(keys), 400))
+	require.NoError(t, stageBacklog(ctx, r.pool, r.ob, "smoke2", flatKeys(keys), 400, true))
 	r.waitFor(60*time.Second, "second backlog drained", r.empty("outbox"), a)
 	r.waitFor(5*time.Second, "the survivor published from the partitions it took over", func() (bool, error) {
 		after := a.Parts()

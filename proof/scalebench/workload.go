@@ -123,9 +123,9 @@ func flatKeys(keys [][]string) []string {
 }
 
 // stageBacklog stages n messages (round robin over keys, so each key gets n/len(keys)) in one transaction through
-// the outbox, so all of them become visible at once when it commits.
+// the outbox, so all of them become visible at once when it commits, and wakes the relays when notify is set.
 func stageBacklog(ctx context.Context, pool *pgxpool.Pool, ob *outbox.Outbox, round string, keys []string,
-	n int) error {
+	n int, notify bool) error {
 	msgs := make([]outbox.Message, n)
 	for i := range msgs {
 		msgs[i] = outbox.Message{ID: fmt.Sprintf("%s-%d", round, i), Topic: "orders", Type: "orders.OrderPlaced",
@@ -142,7 +142,9 @@ func stageBacklog(ctx context.Context, pool *pgxpool.Pool, ob *outbox.Outbox, ro
 	if err != nil {
 		return fmt.Errorf("scalebench: stage backlog: %w", err)
 	}
-	ob.Notify()
+	if notify {
+		ob.Notify()
+	}
 	return nil
 }
 
