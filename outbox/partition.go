@@ -114,13 +114,13 @@ func (g *group) run() {
 	} else if !g.drain {
 		wakes = make([]chan struct{}, n) // nil channels: poll only
 	}
-	var sh *sharing
+	var sh *lease.Share
 	if g.r.leases != nil && n > 1 && !g.drain {
-		sh = &sharing{g: g, led: map[int]bool{}}
+		sh = lease.NewShare(g.r.leases, g.r.s.leader+"/members/", n)
 		loops.Add(1)
 		go func() {
 			defer loops.Done()
-			sh.member(g.ctx)
+			sh.Member(g.ctx)
 		}()
 	}
 	var parts sync.WaitGroup
