@@ -132,7 +132,9 @@ func runChild(run func(context.Context, *childEnv) error) error {
 	if err != nil {
 		return fmt.Errorf("database URL: %w", err)
 	}
-	pc.MaxConns = int32(e.partitions + 4)
+	// A partitioned projection holds a listening connection per partition, led or not, besides its transactions
+	// and the page it reads ahead.
+	pc.MaxConns = int32(3*e.partitions + 4)
 	if e.pool, err = pgxpool.NewWithConfig(ctx, pc); err != nil {
 		return fmt.Errorf("pool: %w", err)
 	}
@@ -284,9 +286,12 @@ func runRawRelay(ctx context.Context, e *childEnv) error {
 // rawRelayStatements are the ceiling's claim and mark (the tables are created by createRawTables).
 func rawRelayStatements(schema string) (claim, mark string) {
 	tbl, sent := qualify(schema, "raw_outbox"), qualify(schema, "raw_sent")
+	// The ids are computed once (an InitPlan), as the relay's statements do: with "id IN (SELECT ... FOR UPDATE
+	// SKIP LOCKED)", concurrent claims re-evaluate the subquery for rows another claim changed, and eight claim
+	// loops drove each other into statements running for minutes.
 	claim = `UPDATE ` + tbl + ` SET lease_until = now() + interval '30 seconds'
-		WHERE id IN (SELECT id FROM ` + tbl + ` WHERE lease_until IS NULL OR lease_until < now()
-		             ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED)
+		WHERE id = ANY (ARRAY(SELECT id FROM ` + tbl + ` WHERE lease_until IS NULL OR lease_until < now()
+		             ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED))
 		RETURNING id, topic, partition_key, payload`
 	mark = `WITH done AS (DELETE FROM ` + tbl + ` WHERE id = ANY($1) RETURNING message_id, topic, created_at)
 		INSERT INTO ` + sent + ` (message_id, topic, created_at, sent_at) SELECT message_id, topic, created_at, now() FROM done`
@@ -330,9 +335,10 @@ func rawClaimAndMark(ctx context.Context, pool *pgxpool.Pool, claim, mark string
 	return len(ids), nil
 }
 
-// readModelUpsert is the projections' one write per event, the same statement on both sides.
-func readModelUpsert(schema string) string {
-	return `INSERT INTO ` + qualify(schema, "read_model") + ` AS r (tenant_id, stream_id, events, last_position)
+// readModelUpsert is the projections' one write per event, the same statement on both sides (each side has its
+// own table, table).
+func readModelUpsert(schema, table string) string {
+	return `INSERT INTO ` + qualify(schema, table) + ` AS r (tenant_id, stream_id, events, last_position)
 		VALUES ($1, $2, 1, $3)
 		ON CONFLICT (tenant_id, stream_id) DO UPDATE SET events = r.events + 1, last_position = EXCLUDED.last_position`
 }
@@ -344,7 +350,7 @@ func runProjection(ctx context.Context, e *childEnv) error {
 		return fmt.Errorf("event store: %w", err)
 	}
 	defer store.Close()
-	upsert := readModelUpsert(e.schema)
+	upsert := readModelUpsert(e.schema, "read_model")
 	var count atomic.Int64
 	h := projection.HandlerFunc(func(ctx context.Context, tx pgx.Tx, ev projection.Event) error {
 		if _, err := tx.Exec(ctx, upsert, ev.Tenant, ev.StreamID, ev.Position); err != nil {
@@ -356,7 +362,7 @@ func runProjection(ctx context.Context, e *childEnv) error {
 	return e.serve(ctx, &count, func(ctx context.Context, name string) error {
 		p, err := projection.New(e.pool, store, h, &projection.Config{Name: name, Schema: e.schema,
 			Partitions: e.partitions, BatchSize: e.batch, Owner: "proj-" + e.slot, LeaseTTL: e.ttl,
-			Logger: e.logger})
+			PollInterval: 100 * time.Millisecond, Logger: e.logger})
 		if err != nil {
 			return fmt.Errorf("projection: %w", err)
 		}
@@ -415,7 +421,7 @@ func (e *childEnv) serve(ctx context.Context, count *atomic.Int64, work func(con
 // the partition's checkpoint (its streams only, filtered by the database), upsert the read model per event and
 // advance the checkpoint in the same transaction. No gap detection, no lease, no fencing.
 func runRawProjection(ctx context.Context, e *childEnv) error {
-	upsert := readModelUpsert(e.schema)
+	upsert := readModelUpsert(e.schema, "raw_read_model")
 	read := `SELECT position, tenant_id, stream_id FROM ` + qualify(e.schema, "events") + `
 		WHERE position > $1 AND abs(hashtext(stream_id) % $2) = $3 ORDER BY position LIMIT $4`
 	advance := `UPDATE ` + qualify(e.schema, "raw_checkpoints") + ` SET position = $3 WHERE name = $1 AND part = $2`

@@ -3,6 +3,7 @@ package scalebench
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -18,13 +19,27 @@ import (
 
 // StartServer starts a durable throwaway cluster (fsync, synchronous_commit and full_page_writes on) with
 // pg_stat_statements loaded and planning tracked, and creates the extension.
-func StartServer(ctx context.Context) (*pgtest.Server, error) {
-	srv, err := pgtest.Start(ctx, pgtest.Options{Durable: true, Settings: map[string]string{
+//
+// With STAGEHAND_SCALE_EXPLAIN set to a duration (say 20ms), auto_explain also logs the plan, with actual rows and
+// buffers, of every statement that took longer, and the server's log is copied to the file named by
+// STAGEHAND_SCALE_SERVER_LOG (default /tmp/scalebench-server.log) when the benchmark stops the cluster (Stop).
+func StartServer(ctx context.Context) (*Server, error) {
+	settings := map[string]string{
 		"shared_preload_libraries":          "'pg_stat_statements'",
 		"pg_stat_statements.track_planning": "on",
 		"pg_stat_statements.max":            "2000",
 		"track_io_timing":                   "on",
-	}})
+	}
+	explain := os.Getenv("STAGEHAND_SCALE_EXPLAIN")
+	if explain != "" {
+		settings["shared_preload_libraries"] = "'pg_stat_statements,auto_explain'"
+		settings["auto_explain.log_min_duration"] = "'" + explain + "'"
+		settings["auto_explain.log_analyze"] = "on"
+		settings["auto_explain.log_buffers"] = "on"
+		settings["auto_explain.log_nested_statements"] = "on"
+		settings["log_min_messages"] = "log"
+	}
+	srv, err := pgtest.Start(ctx, pgtest.Options{Durable: true, Settings: settings})
 	if err != nil {
 		return nil, fmt.Errorf("scalebench: start PostgreSQL: %w", err)
 	}
@@ -38,7 +53,27 @@ func StartServer(ctx context.Context) (*pgtest.Server, error) {
 		_ = srv.Stop()
 		return nil, fmt.Errorf("scalebench: pg_stat_statements: %w", err)
 	}
-	return srv, nil
+	return &Server{Server: srv, keepLog: explain != ""}, nil
+}
+
+// Server is the benchmarks' cluster.
+type Server struct {
+	*pgtest.Server
+	keepLog bool
+}
+
+// Stop stops the cluster, first copying its log when STAGEHAND_SCALE_EXPLAIN asked for plans.
+func (s *Server) Stop() error {
+	if s.keepLog {
+		dst := os.Getenv("STAGEHAND_SCALE_SERVER_LOG")
+		if dst == "" {
+			dst = "/tmp/scalebench-server.log"
+		}
+		if b, err := os.ReadFile(filepath.Join(filepath.Dir(s.DataDir()), "server.log")); err == nil {
+			_ = os.WriteFile(dst, b, 0o644)
+		}
+	}
+	return s.Server.Stop()
 }
 
 // clockTicks is the kernel's USER_HZ, the unit of /proc's CPU times (100 on every Linux this runs on).
@@ -199,24 +234,49 @@ func Totals(sts []Statement) (timeMS float64, wal int64, calls int64) {
 	return timeMS, wal, calls
 }
 
-// Window measures one timed stretch: elapsed time, the cluster's CPU, the machine's CPU and its load.
+// Window measures one timed stretch: elapsed time, the cluster's CPU, the machine's CPU and its load, and (with
+// a pool) the WAL written, the transactions committed and the WAL flushes of the whole cluster.
 type Window struct {
 	dataDir               string
+	pool                  *pgxpool.Pool
 	start                 time.Time
 	pg0, busy0, total0    time.Duration
+	db0                   dbCounters
 	LoadStart             string
 	Elapsed               time.Duration
 	ServerCPU             time.Duration
 	MachineBusy, Machine  time.Duration
 	LoadEnd               string
+	WALBytes              int64 // pg_current_wal_lsn() moved by
+	Commits               int64 // pg_stat_database.xact_commit, every database
+	WALSyncs              int64 // pg_stat_wal.wal_sync: flushes of the WAL to disk
 	serverErr, machineErr error
 }
 
-// StartWindow begins a measurement of the cluster whose data directory is dataDir.
-func StartWindow(dataDir string) *Window {
-	w := &Window{dataDir: dataDir, LoadStart: LoadAvg()}
+type dbCounters struct {
+	lsn            string
+	commits, syncs int64
+	err            error
+}
+
+func readCounters(pool *pgxpool.Pool) dbCounters {
+	var c dbCounters
+	if pool == nil {
+		return c
+	}
+	c.err = pool.QueryRow(context.Background(), `/* scalebench */ SELECT pg_current_wal_lsn()::text,
+		(SELECT sum(xact_commit)::bigint FROM pg_stat_database), (SELECT wal_sync FROM pg_stat_wal)`).
+		Scan(&c.lsn, &c.commits, &c.syncs)
+	return c
+}
+
+// StartWindow begins a measurement of the cluster whose data directory is dataDir; pool, when not nil, also
+// reads the WAL position and the commit and flush counters.
+func StartWindow(dataDir string, pool *pgxpool.Pool) *Window {
+	w := &Window{dataDir: dataDir, pool: pool, LoadStart: LoadAvg()}
 	w.pg0, w.serverErr = ServerCPU(dataDir)
 	w.busy0, w.total0, w.machineErr = MachineCPU()
+	w.db0 = readCounters(pool)
 	w.start = time.Now()
 	return w
 }
@@ -224,6 +284,17 @@ func StartWindow(dataDir string) *Window {
 // End ends the window.
 func (w *Window) End() error {
 	w.Elapsed = time.Since(w.start)
+	if w.pool != nil {
+		c := readCounters(w.pool)
+		if c.err == nil && w.db0.err == nil {
+			w.Commits, w.WALSyncs = c.commits-w.db0.commits, c.syncs-w.db0.syncs
+			c.err = w.pool.QueryRow(context.Background(), `/* scalebench */ SELECT pg_wal_lsn_diff($1, $2)::bigint`,
+				c.lsn, w.db0.lsn).Scan(&w.WALBytes)
+		}
+		if c.err != nil || w.db0.err != nil {
+			return fmt.Errorf("scalebench: database counters: %w", errors.Join(c.err, w.db0.err))
+		}
+	}
 	pg, err := ServerCPU(w.dataDir)
 	if w.serverErr == nil {
 		w.serverErr = err

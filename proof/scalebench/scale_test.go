@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/stagehand-es/stagehand/eventstore"
 )
 
 // The measurements. Each starts its own durable cluster (fsync, synchronous_commit, full_page_writes on) with
@@ -53,6 +55,9 @@ type side struct {
 	dbTimeMS  float64       // pg_stat_statements: execution + planning
 	wal       int64
 	calls     int64
+	walAll    int64 // the cluster's WAL, every statement and the checkpoints' page images included
+	commits   int64
+	syncs     int64                 // WAL flushes
 	stmts     map[string]*Statement // by query, summed over rounds
 	loads     []string
 	spread    []string // how the partitions were spread over the processes
@@ -62,6 +67,9 @@ func (s *side) add(w *Window, units int64, sts []Statement) {
 	s.units += units
 	s.elapsed += w.Elapsed
 	s.serverCPU += w.ServerCPU
+	s.walAll += w.WALBytes
+	s.commits += w.Commits
+	s.syncs += w.WALSyncs
 	s.busy += w.MachineBusy
 	s.all += w.Machine
 	t, wal, calls := Totals(sts)
@@ -94,6 +102,8 @@ func (s *side) perUnit() (timeUS, wal, cpuUS float64) {
 	u := float64(s.units)
 	return s.dbTimeMS * 1000 / u, float64(s.wal) / u, float64(s.serverCPU.Microseconds()) / u
 }
+
+func (s *side) per(n int64) float64 { return float64(n) / float64(s.units) }
 
 func (s *side) cores() float64 { return s.serverCPU.Seconds() / s.elapsed.Seconds() }
 
@@ -137,9 +147,10 @@ func row(kind string, procs int, unit string, sh, raw *side) string {
 	t2, w2, c2 := raw.perUnit()
 	return fmt.Sprintf("SCALE %s procs=%d: stagehand %.0f %s/s, raw %.0f, ratio %.2fx | db CPU %.2f / %.2f cores, "+
 		"machine busy %.0f%% / %.0f%% | per %s: db time %.1f / %.1f µs, WAL %.0f / %.0f B, db CPU %.1f / %.1f µs "+
-		"| load %s / %s | spread %s",
+		"| cluster WAL %.0f / %.0f B, commits %.3f / %.3f, WAL flushes %.3f / %.3f | load %s / %s | spread %s",
 		kind, procs, sh.rate(), unit, raw.rate(), sh.rate()/raw.rate(), sh.cores(), raw.cores(), 100*sh.machineBusy(),
-		100*raw.machineBusy(), unit, t1, t2, w1, w2, c1, c2, strings.Join(sh.loads, ", "),
+		100*raw.machineBusy(), unit, t1, t2, w1, w2, c1, c2, sh.per(sh.walAll), raw.per(raw.walAll),
+		sh.per(sh.commits), raw.per(raw.commits), sh.per(sh.syncs), raw.per(raw.syncs), strings.Join(sh.loads, ", "),
 		strings.Join(raw.loads, ", "), strings.Join(sh.spread, " "))
 }
 
@@ -182,18 +193,20 @@ func BenchmarkScale(b *testing.B) {
 	b.Run("projections", func(b *testing.B) {
 		r := newRig(b, rigConfig{url: srv.URL(), dataDir: srv.DataDir(), partitions: partitions, ttl: 5 * time.Second,
 			batch: 1000})
+		store, err := eventstore.NewPostgres(r.pool, &eventstore.PostgresConfig{Schema: r.schema})
+		require.NoError(b, err)
+		b.Cleanup(store.Close)
 		events := envInt("STAGEHAND_SCALE_EVENTS", 40000)
-		require.NoError(b, appendLog(ctx, r.pool, r.schema, events/10, 10))
-		r.exec("VACUUM ANALYZE " + r.q("events"))
 		var lines []string
 		for _, procs := range procCounts() {
 			sh, raw := &side{}, &side{}
 			for round := range 2 * rounds {
-				name := fmt.Sprintf("rm%d-%d", procs, round)
 				if round%4 == 0 || round%4 == 3 {
-					r.projectionRound(sh, procs, name, int64(events))
+					// One projection per side for every process count: each round catches up with the events
+					// the other side's rounds appended (untimed), then applies its own.
+					r.projectionRound(sh, store, procs, "rm", fmt.Sprintf("e%d-%d", procs, round), events)
 				} else {
-					r.rawProjectionRound(raw, procs, name, int64(events))
+					r.rawProjectionRound(raw, store, procs, "raw", fmt.Sprintf("e%d-%d", procs, round), events)
 				}
 			}
 			line := row("projections", procs, "event", sh, raw)
@@ -220,7 +233,7 @@ func (r *rig) relayRound(s *side, procs int, round string, keys []string, n int)
 	s.spread = append(s.spread, spreadString(h, ws))
 	require.NoError(r.tb, stageBacklogQuiet(ctx, r, round, keys, n))
 	require.NoError(r.tb, ResetStatements(ctx, r.pool))
-	w := StartWindow(r.dataDir)
+	w := StartWindow(r.dataDir, r.pool)
 	r.ob.Notify()
 	r.waitFor(10*time.Minute, "backlog drained", r.empty("outbox"), ws...)
 	require.NoError(r.tb, w.End())
@@ -247,7 +260,7 @@ func (r *rig) rawRelayRound(s *side, procs int, round string, keys []string, n i
 	ws := r.start("rawrelay", "w", procs)
 	require.NoError(r.tb, ResetStatements(ctx, r.pool))
 	// The raw loops poll every 10 ms and start on the insert's commit: the clock starts just before it.
-	w := StartWindow(r.dataDir)
+	w := StartWindow(r.dataDir, r.pool)
 	require.NoError(r.tb, rawBacklog(ctx, r.pool, r.schema, round, keys, n))
 	r.waitFor(10*time.Minute, "raw backlog drained", r.empty("raw_outbox"), ws...)
 	require.NoError(r.tb, w.End())
@@ -281,33 +294,33 @@ func spreadString(h map[int]string, ws []*Worker) string {
 	return strings.Join(parts, "/")
 }
 
-// projectionRound starts procs projection processes, tells them all at once to run a new projection (name) from
-// the start of the log, and times it from then until the read model holds every event.
-func (r *rig) projectionRound(s *side, procs int, name string, events int64) {
+// projectionRound starts procs processes running the projection name (from its checkpoint), waits until they
+// have caught up with the log and lead their shares of the partitions, appends events new events in one
+// transaction (prefix names the streams) and times their application from the commit until the read model holds
+// them all.
+func (r *rig) projectionRound(s *side, store *eventstore.PostgresStore, procs int, name, prefix string, events int) {
 	r.tb.Helper()
 	ctx := context.Background()
 	ws := r.start("projection", "p", procs)
-	r.exec("TRUNCATE " + r.q("read_model"))
-	require.NoError(r.tb, ResetStatements(ctx, r.pool))
-	w := StartWindow(r.dataDir)
 	for _, x := range ws {
 		require.NoError(r.tb, x.Send("go "+name))
 	}
-	var h map[int]string
-	r.waitFor(10*time.Minute, "projection caught up", func() (bool, error) {
-		if len(h) < r.partitions { // who leads which partition, once all are taken
-			var err error
-			if h, err = r.held(ctx, name); err != nil {
-				return false, err
-			}
-		}
-		return r.readModelHas(ctx, events)
-	}, ws...)
+	head := r.logSize(ctx)
+	r.waitFor(10*time.Minute, "projection caught up before the round", r.readModelHas(ctx, "read_model", head),
+		ws...)
+	r.evenly(2*time.Minute, name, ws...)
+	h, err := r.held(ctx, name)
+	require.NoError(r.tb, err)
+	s.spread = append(s.spread, spreadString(h, ws))
+	require.NoError(r.tb, appendLog(ctx, store, prefix, events/10, 10))
+	require.NoError(r.tb, ResetStatements(ctx, r.pool))
+	w := StartWindow(r.dataDir, r.pool)
+	store.Notify()
+	r.waitFor(10*time.Minute, "projection caught up", r.readModelHas(ctx, "read_model", head+int64(events)), ws...)
 	require.NoError(r.tb, w.End())
 	sts, err := Statements(ctx, r.pool)
 	require.NoError(r.tb, err)
-	s.add(w, events, sts)
-	s.spread = append(s.spread, spreadString(h, ws))
+	s.add(w, int64(events), sts)
 	for _, x := range ws {
 		x.Stop(10 * time.Second)
 	}
@@ -315,33 +328,45 @@ func (r *rig) projectionRound(s *side, procs int, name string, events int64) {
 
 // rawProjectionRound is projectionRound for the hand-written ceiling: the same partitions dealt out to procs
 // processes.
-func (r *rig) rawProjectionRound(s *side, procs int, name string, events int64) {
+func (r *rig) rawProjectionRound(s *side, store *eventstore.PostgresStore, procs int, name, prefix string,
+	events int) {
 	r.tb.Helper()
 	ctx := context.Background()
+	r.exec("INSERT INTO "+r.q("raw_checkpoints")+" (name, part) SELECT $1, p FROM generate_series(0, $2 - 1) p "+
+		"ON CONFLICT DO NOTHING", name, r.partitions)
 	ws := r.start("rawproj", "q", procs)
-	r.exec("TRUNCATE " + r.q("read_model"))
-	r.exec("INSERT INTO "+r.q("raw_checkpoints")+" (name, part) SELECT $1, p FROM generate_series(0, $2 - 1) p",
-		name, r.partitions)
-	require.NoError(r.tb, ResetStatements(ctx, r.pool))
-	w := StartWindow(r.dataDir)
 	for _, x := range ws {
 		require.NoError(r.tb, x.Send("go "+name))
 	}
-	r.waitFor(10*time.Minute, "raw projection caught up", func() (bool, error) {
-		return r.readModelHas(ctx, events)
-	}, ws...)
+	head := r.logSize(ctx)
+	r.waitFor(10*time.Minute, "raw projection caught up before the round",
+		r.readModelHas(ctx, "raw_read_model", head), ws...)
+	require.NoError(r.tb, appendLog(ctx, store, prefix, events/10, 10))
+	require.NoError(r.tb, ResetStatements(ctx, r.pool))
+	w := StartWindow(r.dataDir, r.pool) // the raw followers poll every 10 ms; no wake-up
+	r.waitFor(10*time.Minute, "raw projection caught up",
+		r.readModelHas(ctx, "raw_read_model", head+int64(events)), ws...)
 	require.NoError(r.tb, w.End())
 	sts, err := Statements(ctx, r.pool)
 	require.NoError(r.tb, err)
-	s.add(w, events, sts)
+	s.add(w, int64(events), sts)
 	for _, x := range ws {
 		x.Stop(10 * time.Second)
 	}
 }
 
-func (r *rig) readModelHas(ctx context.Context, events int64) (bool, error) {
+// logSize is the number of events in the log.
+func (r *rig) logSize(ctx context.Context) int64 {
 	var n int64
-	err := r.pool.QueryRow(ctx, `/* scalebench */ SELECT coalesce(sum(events), 0)::bigint FROM `+
-		r.q("read_model")).Scan(&n)
-	return n >= events, err
+	require.NoError(r.tb, r.pool.QueryRow(ctx, `/* scalebench */ SELECT count(*) FROM `+r.q("events")).Scan(&n))
+	return n
+}
+
+func (r *rig) readModelHas(ctx context.Context, table string, events int64) func() (bool, error) {
+	q := `/* scalebench */ SELECT coalesce(sum(events), 0)::bigint FROM ` + r.q(table)
+	return func() (bool, error) {
+		var n int64
+		err := r.pool.QueryRow(ctx, q).Scan(&n)
+		return n >= events, err
+	}
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/stagehand-es/stagehand/eventstore"
 	"github.com/stagehand-es/stagehand/internal/pgtest"
 )
 
@@ -101,7 +102,10 @@ func TestRawCeilingsWork(t *testing.T) {
 	require.Equal(t, 25, total)
 	require.Equal(t, int64(25), pgtest.Count(t, r.pool, "SELECT count(*) FROM "+r.q("raw_sent")))
 
-	require.NoError(t, appendLog(ctx, r.pool, r.schema, 10, 3))
+	store, err := eventstore.NewPostgres(r.pool, &eventstore.PostgresConfig{Schema: r.schema})
+	require.NoError(t, err)
+	defer store.Close()
+	require.NoError(t, appendLog(ctx, store, "s", 10, 3))
 	var perPart [2]int64
 	for p := range perPart {
 		perPart[p] = pgtest.Count(t, r.pool, fmt.Sprintf(`SELECT count(*) FROM %s

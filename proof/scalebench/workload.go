@@ -7,7 +7,6 @@ import (
 	"math"
 	"strconv"
 	"strings"
-	"sync"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -29,6 +28,8 @@ func createRawTables(ctx context.Context, pool *pgxpool.Pool, schema string) err
 		`CREATE TABLE ` + qualify(schema, "raw_sent") + ` (message_id text NOT NULL, topic text NOT NULL,
 			created_at timestamptz NOT NULL, sent_at timestamptz NOT NULL)`,
 		`CREATE TABLE ` + qualify(schema, "read_model") + ` (tenant_id text NOT NULL, stream_id text NOT NULL,
+			events bigint NOT NULL, last_position bigint NOT NULL, PRIMARY KEY (tenant_id, stream_id))`,
+		`CREATE TABLE ` + qualify(schema, "raw_read_model") + ` (tenant_id text NOT NULL, stream_id text NOT NULL,
 			events bigint NOT NULL, last_position bigint NOT NULL, PRIMARY KEY (tenant_id, stream_id))`,
 		`CREATE TABLE ` + qualify(schema, "raw_checkpoints") + ` (name text NOT NULL, part int NOT NULL,
 			position bigint NOT NULL DEFAULT 0, PRIMARY KEY (name, part))`,
@@ -163,35 +164,28 @@ func rawBacklog(ctx context.Context, pool *pgxpool.Pool, schema, round string, k
 	return nil
 }
 
-// appendLog appends perStream events to each of streams streams ("s0", "s1", ...) through the event store, from 8
-// goroutines, one append of perStream events per stream.
-func appendLog(ctx context.Context, pool *pgxpool.Pool, schema string, streams, perStream int) error {
-	store, err := eventstore.NewPostgres(pool, &eventstore.PostgresConfig{Schema: schema})
-	if err != nil {
-		return fmt.Errorf("scalebench: event store: %w", err)
-	}
-	defer store.Close()
+// appendLog appends perStream events to each of streams new streams (prefix + "-" + i) through the event store,
+// in one transaction, so all of them become visible at once when it commits. It sends no wake-up: the caller
+// starts its clock, then calls store.Notify.
+func appendLog(ctx context.Context, store *eventstore.PostgresStore, prefix string, streams, perStream int) error {
 	data, _ := json.Marshal(json.RawMessage(payload))
-	var wg sync.WaitGroup
-	errs := make(chan error, 8)
-	for w := range 8 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for s := w; s < streams; s += 8 {
-				evs := make([]eventstore.EventData, perStream)
-				for i := range evs {
-					evs[i] = eventstore.EventData{Type: "orders.OrderPlaced", Payload: data}
-				}
-				if _, err := store.Append(ctx, eventstore.AppendRequest{StreamID: "s" + strconv.Itoa(s),
-					StreamType: "order", Expected: eventstore.AnyVersion, Events: evs}); err != nil {
-					errs <- fmt.Errorf("scalebench: append: %w", err)
-					return
-				}
-			}
-		}()
+	tx, err := store.Begin(ctx)
+	if err != nil {
+		return fmt.Errorf("scalebench: append: %w", err)
 	}
-	wg.Wait()
-	close(errs)
-	return <-errs
+	defer func() { _ = tx.Rollback(ctx) }()
+	for s := range streams {
+		evs := make([]eventstore.EventData, perStream)
+		for i := range evs {
+			evs[i] = eventstore.EventData{Type: "orders.OrderPlaced", Payload: data}
+		}
+		if _, err := store.AppendTx(ctx, tx, eventstore.AppendRequest{StreamID: prefix + "-" + strconv.Itoa(s),
+			StreamType: "order", Expected: eventstore.NoStream, Events: evs}); err != nil {
+			return fmt.Errorf("scalebench: append: %w", err)
+		}
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return fmt.Errorf("scalebench: append: %w", err)
+	}
+	return nil
 }
