@@ -2,7 +2,7 @@ package outbox
 
 import (
 	"fmt"
-	"sync/atomic"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -19,8 +19,9 @@ func (loop *claimLoop) claimer() {
 		if loop.ctx.Err() != nil {
 			return
 		}
-		if loop.sweeps.due(sweepEvery) {
+		if loop.sweeps.begin(sweepEvery) {
 			loop.sweep()
+			loop.sweeps.end()
 		}
 		if !loop.pause.wait(loop.ctx) {
 			return
@@ -158,17 +159,30 @@ func (loop *claimLoop) runHeads() int {
 
 // sweepClock spaces the sweeps of one subscription's (or drain's) claim loops. A sweep visits every parked key of
 // the outbox, whatever its partition, so one sweep per interval serves every partition of the relay; each loop
-// sweeping on its own clock made Partitions sweeps of the whole table per interval.
-type sweepClock struct{ last atomic.Int64 } // unix nanoseconds of the latest sweep; 0: none yet
+// sweeping on its own clock made Partitions sweeps of the whole table per interval. Sweeps never overlap: the
+// interval runs from the end of the previous one.
+type sweepClock struct {
+	mu      sync.Mutex
+	running bool
+	last    time.Time // when the latest sweep ended; zero: none yet
+}
 
-// due reports whether a sweep is due, and if so claims it for the caller: of loops asking at once, one gets true.
-func (c *sweepClock) due(every time.Duration) bool {
-	last := c.last.Load()
-	now := time.Now().UnixNano()
-	if last != 0 && now-last < int64(every) {
+// begin reports whether a sweep is due and none is running, and if so claims it for the caller (of loops asking
+// at once, one gets true), who calls end when it is done.
+func (c *sweepClock) begin(every time.Duration) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.running || !c.last.IsZero() && time.Since(c.last) < every {
 		return false
 	}
-	return c.last.CompareAndSwap(last, now)
+	c.running = true
+	return true
+}
+
+func (c *sweepClock) end() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.running, c.last = false, time.Now()
 }
 
 // sweep promotes the first message of keys whose promotion was missed (see queries.sweep).

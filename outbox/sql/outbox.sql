@@ -258,10 +258,13 @@ SELECT count(*) FROM (SELECT pg_advisory_xact_lock(l) FROM unnest($1::int8[]) AS
 -- dead letter holds the key. The rows are found first, one index probe per key, then updated by key: every
 -- statement that updates a set it computes is written this way, so that no plan (on a queue table the
 -- planner's row estimates are often wrong by orders of magnitude) can drive the computation from the table
--- side.
+-- side. The update's recheck that the row is still parked is written ">= 'infinity'" (nothing is later), not
+-- "= 'infinity'": the latter matches the parked index's predicate, and a plan on stale statistics (the table
+-- analysed while nearly empty) then scanned the whole parked index and compared every entry with the ids,
+-- which with a backlog of tens of thousands of parked messages made one sweep run for minutes.
 -- name: promote
 UPDATE {outbox} SET next_attempt_at = $3
-WHERE next_attempt_at = 'infinity' AND id = ANY (ARRAY(
+WHERE next_attempt_at >= 'infinity' AND id = ANY (ARRAY(
     SELECT h.id FROM unnest($1::text[], $2::text[]) AS k(tenant_id, partition_key)
     CROSS JOIN LATERAL (
         SELECT p.id, p.seq, p.next_attempt_at FROM {outbox} p
@@ -296,7 +299,7 @@ WITH RECURSIVE parked(tenant_id, partition_key) AS (
       AND coalesce({key_hold tenant=parked.tenant_id key=parked.partition_key} >= h.seq, true)
 )
 UPDATE {outbox} SET next_attempt_at = $1
-WHERE next_attempt_at = 'infinity' AND id = ANY (ARRAY(SELECT id FROM heads))
+WHERE next_attempt_at >= 'infinity' AND id = ANY (ARRAY(SELECT id FROM heads)) -- ">=": see promote
 RETURNING partition_key
 
 -- Stats: the parked messages (next_attempt_at 'infinity') split by what they wait for: a dead letter holding
