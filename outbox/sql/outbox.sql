@@ -129,7 +129,9 @@ DELETE FROM {outbox} o WHERE o.message_id = $1 AND o.topic = $2 AND o.tenant_id 
        OR EXISTS (SELECT 1 FROM {dead} d WHERE d.message_id = $1 AND d.topic = $2 AND d.tenant_id = $3))
 
 -- Each staged (tenant, ID, topic) probes the ledger and the dead letters (usually a miss, so nothing
--- more), and only a hit looks the row up; the LATERAL joins fix that order.
+-- more), and only a hit looks the row up; the LATERAL joins fix that order. Each has a LIMIT (the row lookup
+-- finds at most one row anyway), which keeps the planner from pulling it up into a plain join: on statistics
+-- of a drained outbox that join was driven by a full scan of the outbox, comparing every row with every ID.
 -- name: stage_recheck_many
 DELETE FROM {outbox} WHERE id = ANY (ARRAY(
     SELECT o.id FROM unnest($1::text[], $2::text[], $3::text[]) AS k(message_id, topic, tenant_id)
@@ -140,7 +142,8 @@ DELETE FROM {outbox} WHERE id = ANY (ARRAY(
         LIMIT 1) hit
     CROSS JOIN LATERAL (
         SELECT o.id FROM {outbox} o
-        WHERE o.message_id = k.message_id AND o.topic = k.topic AND o.tenant_id = k.tenant_id) o))
+        WHERE o.message_id = k.message_id AND o.topic = k.topic AND o.tenant_id = k.tenant_id
+        LIMIT 1) o))
 
 -- Claim: due, unleased rows that are the first pending message of their key (or unordered), oldest first,
 -- skipping rows another relay is claiming. For the first $7 of those heads, also the (parked) messages that
