@@ -59,6 +59,9 @@ const (
 	envOwn        = "STAGEHAND_SCALEBENCH_OWN"        // the raw roles: which partitions (or claim loops) are this process's, "0,1,5"
 	envTTL        = "STAGEHAND_SCALEBENCH_TTL"        // LeaderTTL of relays, LeaseTTL of projections
 	envBatch      = "STAGEHAND_SCALEBENCH_BATCH"
+	// The relays' PollingInterval (default 1s, the library's): wake-ups come by NOTIFY, so it matters for the
+	// sweep for missed promotions, which runs every 5 polls (at least every second).
+	envPoll = "STAGEHAND_SCALE_POLL"
 )
 
 // leaderElection is the relays' election name; their partition leases are leaderElection + "/" + partition.
@@ -89,6 +92,7 @@ type childEnv struct {
 	own        []int
 	ttl        time.Duration
 	batch      int
+	poll       time.Duration
 	pool       *pgxpool.Pool
 	out        *lines
 	logger     *slog.Logger
@@ -112,6 +116,10 @@ func runChild(run func(context.Context, *childEnv) error) error {
 	}
 	if e.batch, err = strconv.Atoi(os.Getenv(envBatch)); err != nil {
 		return fmt.Errorf("%s: %w", envBatch, err)
+	}
+	e.poll = time.Second
+	if d, err := time.ParseDuration(os.Getenv(envPoll)); err == nil && d > 0 {
+		e.poll = d
 	}
 	// Standard input carries the parent's commands; its end means the parent is done with this process (or died,
 	// which closes the pipe too), so no worker outlives its run.
@@ -184,7 +192,7 @@ func runRelay(ctx context.Context, e *childEnv) error {
 	parts := make([]atomic.Int64, e.partitions)
 	relay, err := ob.NewRelay(&outbox.RelayConfig{
 		BatchSize:              e.batch,
-		PollingInterval:        100 * time.Millisecond,
+		PollingInterval:        e.poll,
 		MaxDegreeOfParallelism: 4,
 		ProcessorID:            "scale-" + e.slot,
 		LeaderElection:         leaderElection,

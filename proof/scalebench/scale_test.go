@@ -240,6 +240,8 @@ func (r *rig) relayRound(s *side, procs int, round string, keys []string, n int)
 	sts, err := Statements(ctx, r.pool)
 	require.NoError(r.tb, err)
 	s.add(w, int64(n), sts)
+	fmt.Printf("  round %s: %d relay processes, %.0f msgs/s, db CPU %.0f µs/msg, load %s\n", round, procs,
+		float64(n)/w.Elapsed.Seconds(), float64(w.ServerCPU.Microseconds())/float64(n), w.LoadEnd)
 	for _, x := range ws {
 		x.Stop(10 * time.Second)
 	}
