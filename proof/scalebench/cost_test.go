@@ -73,12 +73,12 @@ func category(q string) string {
 	switch {
 	case strings.HasPrefix(upper, "BEGIN"), strings.HasPrefix(upper, "COMMIT"):
 		return "BEGIN / COMMIT"
+	case has("WITH RECURSIVE parked"):
+		return "sweep"
 	case has("heads AS"):
 		return "claim"
 	case has(`"outbox_sent"`, "DELETE FROM"):
 		return "mark"
-	case has("WITH RECURSIVE parked"):
-		return "sweep"
 	case has("UPDATE", `"outbox"`, "next_attempt_at = 'infinity'"):
 		return "promote"
 	case has("SELECT min(next_attempt_at)"):
