@@ -233,6 +233,7 @@ func (r *rig) relayRound(s *side, procs int, round string, keys []string, n int)
 	s.spread = append(s.spread, spreadString(h, ws))
 	require.NoError(r.tb, stageBacklogQuiet(ctx, r, round, keys, n))
 	require.NoError(r.tb, ResetStatements(ctx, r.pool))
+	maint0 := r.maintenance(ctx)
 	w := StartWindow(r.dataDir, r.pool)
 	r.ob.Notify()
 	r.waitFor(10*time.Minute, "backlog drained", r.empty("outbox"), ws...)
@@ -240,8 +241,9 @@ func (r *rig) relayRound(s *side, procs int, round string, keys []string, n int)
 	sts, err := Statements(ctx, r.pool)
 	require.NoError(r.tb, err)
 	s.add(w, int64(n), sts)
-	fmt.Printf("  round %s: %d relay processes, %.0f msgs/s, db CPU %.0f µs/msg, load %s\n", round, procs,
-		float64(n)/w.Elapsed.Seconds(), float64(w.ServerCPU.Microseconds())/float64(n), w.LoadEnd)
+	fmt.Printf("  round %s: %d relay processes, %.0f msgs/s, db CPU %.0f µs/msg, load %s, outbox vacuums and "+
+		"analyzes during the round (auto/relay): %s\n", round, procs, float64(n)/w.Elapsed.Seconds(),
+		float64(w.ServerCPU.Microseconds())/float64(n), w.LoadEnd, r.maintenance(ctx).since(maint0))
 	for _, x := range ws {
 		x.Stop(10 * time.Second)
 	}
@@ -371,4 +373,20 @@ func (r *rig) readModelHas(ctx context.Context, table string, events int64) func
 		err := r.pool.QueryRow(ctx, q).Scan(&n)
 		return n >= events, err
 	}
+}
+
+// maintenanceCounts are the outbox table's vacuum and analyze counters.
+type maintenanceCounts struct{ autoVacuum, autoAnalyze, vacuum, analyze int64 }
+
+func (r *rig) maintenance(ctx context.Context) maintenanceCounts {
+	var m maintenanceCounts
+	require.NoError(r.tb, r.pool.QueryRow(ctx, `/* scalebench */ SELECT autovacuum_count, autoanalyze_count,
+		vacuum_count, analyze_count FROM pg_stat_user_tables WHERE relid = $1::regclass`, r.q("outbox")).
+		Scan(&m.autoVacuum, &m.autoAnalyze, &m.vacuum, &m.analyze))
+	return m
+}
+
+func (m maintenanceCounts) since(o maintenanceCounts) string {
+	return fmt.Sprintf("autovacuum %d, autoanalyze %d, vacuum %d, analyze %d", m.autoVacuum-o.autoVacuum,
+		m.autoAnalyze-o.autoAnalyze, m.vacuum-o.vacuum, m.analyze-o.analyze)
 }
