@@ -36,6 +36,8 @@ type group struct {
 	cancel context.CancelFunc
 	ended  chan struct{} // closed when every loop has ended (and the subscription's channel is closed)
 
+	sweeps sweepClock // one sweep per interval for all the group's partitions
+
 	mu       sync.Mutex
 	result   DrainResult
 	drainErr error
@@ -112,13 +114,13 @@ func (g *group) run() {
 	} else if !g.drain {
 		wakes = make([]chan struct{}, n) // nil channels: poll only
 	}
-	var sh *sharing
+	var sh *lease.Share
 	if g.r.leases != nil && n > 1 && !g.drain {
-		sh = &sharing{g: g, led: map[int]bool{}}
+		sh = lease.NewShare(g.r.leases, g.r.s.leader+"/members/", n)
 		loops.Add(1)
 		go func() {
 			defer loops.Done()
-			sh.member(g.ctx)
+			sh.Member(g.ctx)
 		}()
 	}
 	var parts sync.WaitGroup
@@ -206,7 +208,7 @@ func (g *group) term(ctx context.Context, p int, wake chan struct{}, fence *leas
 	}
 	loop := &claimLoop{
 		relay: r, cfg: &r.s, topics: g.topics, drain: g.drain, listen: wake, part: p, deliver: g.deliver,
-		ctx: ctx, cancel: cancel,
+		sweeps: &g.sweeps, ctx: ctx, cancel: cancel,
 		db:     &relayDB{o: r.o, st: &r.st, owner: owner, fence: fence, logger: r.s.logger, part: p, end: cancel},
 		flight: newInflight(), marks: newMarker(), promos: &promoter{},
 		pause: newBrokerPause(r.s.brokerBackoff, r.s.nextBrokerBackoff),

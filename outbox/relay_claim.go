@@ -2,6 +2,7 @@ package outbox
 
 import (
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -14,14 +15,13 @@ func (loop *claimLoop) claimer() {
 	poll := time.NewTimer(0)
 	defer poll.Stop()
 	sweepEvery := min(max(5*loop.cfg.pollingInterval, time.Second), 30*time.Second)
-	var lastSweep time.Time
 	for {
 		if loop.ctx.Err() != nil {
 			return
 		}
-		if time.Since(lastSweep) >= sweepEvery {
+		if loop.sweeper() && loop.sweeps.begin(sweepEvery) {
 			loop.sweep()
-			lastSweep = time.Now()
+			loop.sweeps.end()
 		}
 		if !loop.pause.wait(loop.ctx) {
 			return
@@ -155,6 +155,43 @@ func (loop *claimLoop) runLength() int {
 // to fill the batch with runs (one promotion per run rather than per message), while bounding what the claim reads.
 func (loop *claimLoop) runHeads() int {
 	return max(2*loop.cfg.parallelism, (loop.cfg.batchSize+7)/8)
+}
+
+// sweepClock spaces the sweeps of one subscription's (or drain's) claim loops. A sweep visits every parked key of
+// the outbox, whatever its partition, so one sweep per interval serves every partition of the relay; each loop
+// sweeping on its own clock made Partitions sweeps of the whole table per interval. Sweeps never overlap: the
+// interval runs from the end of the previous one.
+type sweepClock struct {
+	mu      sync.Mutex
+	running bool
+	last    time.Time // when the latest sweep ended; zero: none yet
+}
+
+// begin reports whether a sweep is due and none is running, and if so claims it for the caller (of loops asking
+// at once, one gets true), who calls end when it is done.
+func (c *sweepClock) begin(every time.Duration) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.running || !c.last.IsZero() && time.Since(c.last) < every {
+		return false
+	}
+	c.running = true
+	return true
+}
+
+func (c *sweepClock) end() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.running, c.last = false, time.Now()
+}
+
+// sweeper reports whether this loop sweeps. Under leader election only the loop of partition 0 does, in whichever
+// relay leads it, so the relays sharing the partitions sweep once per interval between them (a sweep visits every
+// parked key, and sweeps of several processes ran side by side: with 4 relay processes and a backlog of 36,000
+// parked messages they took most of the database's time). A relay that takes partition 0 over after its leader
+// died sweeps when its term starts. Without leader election every relay sweeps (each on its own clock).
+func (loop *claimLoop) sweeper() bool {
+	return loop.cfg.leader == "" || loop.part == 0
 }
 
 // sweep promotes the first message of keys whose promotion was missed (see queries.sweep).

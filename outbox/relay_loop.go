@@ -33,6 +33,7 @@ type claimLoop struct {
 	part    int             // partition number
 	lo, hi  int32           // the partition's hash range (partitioned relays)
 	deliver func(context.Context, *delivery) outcome
+	sweeps  *sweepClock // shared by the loops of one group
 
 	ctx    context.Context
 	cancel context.CancelFunc

@@ -329,3 +329,50 @@ type noopPublisher struct{}
 
 func (noopPublisher) Publish(string, ...*message.Message) error { return nil }
 func (noopPublisher) Close() error                              { return nil }
+
+// The sweep for missed promotions visits every parked key of the outbox, whatever its partition, so a relay runs
+// one per interval for all its partitions (it ran one per partition: with 8 partitions and a deep backlog of keys,
+// the redundant sweeps were a fifth of the database's time in a drain), and relays sharing partitions under
+// leader election run one between them (the leader of partition 0 sweeps). Counted by a statement trigger.
+func TestPartitionedRelaySweepsOncePerInterval(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name   string
+		leader string
+		relays int
+	}{{"unfenced", "", 1}, {"leader", "orders-relay", 1}, {"three leader-elected relays", "orders-relay", 3}} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			e := setup(t)
+			sweeps := pgtest.Q(e.schema, "sweeps")
+			pgtest.Exec(t, e.pool, `CREATE TABLE `+sweeps+` (at timestamptz NOT NULL DEFAULT now())`)
+			pgtest.Exec(t, e.pool, `CREATE FUNCTION `+pgtest.Q(e.schema, "count_sweeps")+`() RETURNS trigger
+				LANGUAGE plpgsql AS $$ BEGIN
+					IF current_query() LIKE '%WITH RECURSIVE parked%' THEN INSERT INTO `+sweeps+` DEFAULT VALUES; END IF;
+					RETURN NULL;
+				END $$`)
+			pgtest.Exec(t, e.pool, `CREATE TRIGGER count_sweeps AFTER UPDATE ON `+pgtest.Q(e.schema, "outbox")+
+				` FOR EACH STATEMENT EXECUTE FUNCTION `+pgtest.Q(e.schema, "count_sweeps")+`()`)
+			var routers []*message.Router
+			for range c.relays {
+				r := e.relay(func(cfg *outbox.RelayConfig) {
+					cfg.Partitions = 8
+					cfg.PollingInterval = 100 * time.Millisecond // a sweep every second
+					if c.leader != "" {
+						cfg.LeaderElection, cfg.LeaderTTL = c.leader, time.Second
+					}
+				})
+				routers = append(routers, runRouter(t, r, newBroker(), nil))
+			}
+			time.Sleep(3500 * time.Millisecond)
+			for _, router := range routers {
+				require.NoError(t, router.Close())
+			}
+			n := e.count("sweeps")
+			// About four (at the start, then every second); one per partition per second would be about 32, one
+			// per relay per second about 12 with three relays.
+			require.GreaterOrEqual(t, n, int64(2), "the relays sweep")
+			require.LessOrEqual(t, n, int64(7), "one sweep per interval for all eight partitions and every relay")
+		})
+	}
+}

@@ -58,6 +58,13 @@ type Config struct {
 	// streams by a hash of (tenant, stream ID): the events of one stream are applied in order by one worker,
 	// and streams in different partitions progress independently. Default 1 (no partitioning). Changing it
 	// requires a Rebuild. At most 256.
+	//
+	// The partitions are spread over the processes running the projection: each process leads at most
+	// ceil(N / processes) of them (it holds a membership lease, "<Name>#members/<slot>", while Run runs), a
+	// process that joins gets partitions handed over by the others within a few LeaseAcquireIntervals, and the
+	// partitions of a process that stops are taken over at once (released) or after about LeaseTTL (died). Every
+	// partition reads the whole log and keeps its own streams' events, so each adds a read of the log to the
+	// database's work: partition for the handlers' cost, not for the read's.
 	Partitions int
 	// BatchSize is the most log positions read per page, and so the most events applied per transaction.
 	// Default 1000; 1 to 10000.

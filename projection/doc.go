@@ -28,7 +28,9 @@
 //     across partitions. A parked event is applied, if replayed, after the events that followed it.
 //   - One active instance. Each projection (each partition) runs in at most one process at a time, through the
 //     shared lease mechanism (package internal/lease): other processes wait as standbys and take over when the
-//     holder stops (at once, the lease is released) or dies (after LeaseTTL).
+//     holder stops (at once, the lease is released) or dies (after LeaseTTL). The partitions of a partitioned
+//     projection are spread over the processes running it, each leading at most ceil(Partitions / processes);
+//     a process that joins gets its share handed over by the others.
 //   - Stalls only on event writers. A reader waits only for transactions that may still commit a missing
 //     position (those holding a write lock on the events table); a long unrelated transaction does not delay
 //     the live tail, unlike ordering by transaction ID.

@@ -14,6 +14,7 @@ import (
 	"github.com/stagehand-es/stagehand"
 	"github.com/stagehand-es/stagehand/aggregate"
 	"github.com/stagehand-es/stagehand/eventstore"
+	"github.com/stagehand-es/stagehand/internal/lease"
 	"github.com/stagehand-es/stagehand/internal/logfollow"
 	"github.com/stagehand-es/stagehand/internal/telemetry"
 )
@@ -88,6 +89,7 @@ type Projection struct {
 	reg       *aggregate.Registry
 	cfg       Config
 	followers []*logfollow.Follower
+	share     *lease.Share // the partitions' spread over processes (nil: one partition)
 	tel       instruments
 }
 
@@ -115,6 +117,19 @@ func New(pool *pgxpool.Pool, store eventstore.Store, h Handler, cfg *Config) (*P
 				Reason: "has registration errors: " + err.Error()}
 		}
 	}
+	if c.Partitions > 1 {
+		// The partitions are spread over the processes running the projection: each leads at most its fair share.
+		mgr, err := lease.New(pool, &lease.Config{Schema: c.Schema, Owner: c.Owner, TTL: c.LeaseTTL,
+			RenewInterval: c.LeaseRenewInterval, AcquireInterval: c.LeaseAcquireInterval, Logger: c.Logger})
+		if err != nil {
+			var le *lease.ConfigError
+			if errors.As(err, &le) {
+				return nil, &ConfigError{Package: "projection", Field: "Lease" + le.Field, Reason: le.Reason}
+			}
+			return nil, err
+		}
+		p.share = lease.NewShare(mgr, logfollow.LeasePrefix+c.Name+"#members/", c.Partitions)
+	}
 	for i := range c.Partitions {
 		fc := &logfollow.Config{
 			Name: checkpointName(c.Name, i, c.Partitions), Kind: kind, ResetGroup: c.Name, Schema: c.Schema,
@@ -124,6 +139,7 @@ func New(pool *pgxpool.Pool, store eventstore.Store, h Handler, cfg *Config) (*P
 			LeaseAcquireInterval: c.LeaseAcquireInterval,
 			MaxAttempts:          c.MaxAttempts, RetryDelay: c.RetryDelay, MaxRetryDelay: c.MaxRetryDelay,
 			OnReset: p.reset, Clock: c.Clock, Logger: c.Logger.With("projection", c.Name),
+			Share: p.share, Partition: i,
 		}
 		if c.Partitions > 1 {
 			part, n := i, c.Partitions
@@ -180,12 +196,23 @@ func (p *Projection) Name() string { return p.cfg.Name }
 // While it runs it also replays the parked events an operator asked for with RequestReplay.
 func (p *Projection) Run(ctx context.Context) error {
 	g, gctx := errgroup.WithContext(ctx)
+	stopMember := func() {}
+	if p.share != nil { // this process's membership slot, held while it runs
+		mctx, cancel := context.WithCancel(gctx)
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			p.share.Member(mctx)
+		}()
+		stopMember = func() { cancel(); <-done }
+	}
 	for _, f := range p.followers {
 		g.Go(func() error { return f.Run(gctx) })
 	}
 	stopReplay := logfollow.Every(gctx, p.pollInterval(), p.replayRequested)
 	err := g.Wait()
 	stopReplay()
+	stopMember()
 	if herr := (*logfollow.HandlerError)(nil); errors.As(err, &herr) {
 		return handlerError(herr)
 	}

@@ -449,3 +449,59 @@ func TestRunLeavesNoGoroutines(t *testing.T) {
 	pgtest.Eventually(t, 10*time.Second, func() bool { return len(seen()) >= 3 }, "delivery")
 	stopRouter()
 }
+
+// The partitions of a partitioned projection are spread over the processes running it: a process that joins gets
+// its share handed over by the others, the partitions of a process that stops are taken over, and every event is
+// applied once, in stream order, throughout.
+func TestPartitionsSpreadOverProcesses(t *testing.T) {
+	t.Parallel()
+	w := setup(t)
+	const parts = 4
+	m := w.model("rm")
+	cfg := func(owner string) projection.Config {
+		return projection.Config{Partitions: parts, BatchSize: 16, Owner: owner, LeaseTTL: time.Second,
+			LeaseAcquireInterval: 100 * time.Millisecond}
+	}
+	one := w.newProjection(t, m.mux(), cfg("one"))
+	two := w.newProjection(t, m.mux(), cfg("two"))
+	held := func() map[string]int64 {
+		rows, err := w.pool.Query(context.Background(), `SELECT owner, count(*) FROM `+pgtest.Q(w.schema, "leases")+
+			` WHERE name ~ '^logfollow:accounts#[0-9]+/' AND expires_at > now() GROUP BY owner`)
+		require.NoError(t, err)
+		out := map[string]int64{}
+		for rows.Next() {
+			var owner string
+			var n int64
+			require.NoError(t, rows.Scan(&owner, &n))
+			out[owner] = n
+		}
+		require.NoError(t, rows.Err())
+		return out
+	}
+	deposit := func(amount int64) {
+		for i := range 12 {
+			w.appendEvents(t, w.store, fmt.Sprintf("a%d", i), eventstore.AnyVersion, Deposited{Amount: amount})
+		}
+	}
+	stopOne := start(t, one)
+	w.seed(t, w.store, 12, 2)
+	pgtest.Eventually(t, 15*time.Second, func() bool { return held()["one"] == parts }, "one leads every partition")
+
+	stopTwo := start(t, two)
+	pgtest.Eventually(t, 15*time.Second, func() bool {
+		h := held()
+		return h["one"] == parts/2 && h["two"] == parts/2
+	}, "a process that joins gets its share")
+	deposit(100)
+	pgtest.Eventually(t, 15*time.Second, caughtUp(t, w, one), "both processes apply the log")
+
+	require.NoError(t, stopTwo()) // releases its partitions
+	pgtest.Eventually(t, 15*time.Second, func() bool { return held()["one"] == parts },
+		"the partitions of a process that stops are taken over")
+	deposit(200)
+	pgtest.Eventually(t, 15*time.Second, caughtUp(t, w, one), "the survivor applies the log")
+	require.NoError(t, stopOne())
+	w.requireOnce(t, "rm", w.logPositions(t))
+	require.Equal(t, int64(12), w.count(t, `SELECT count(*) FROM `+pgtest.Q(w.schema, "rm_accounts")+
+		` WHERE events = 5 AND version = 5`), "every account has its five events, in order")
+}

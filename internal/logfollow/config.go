@@ -14,6 +14,7 @@ import (
 	"github.com/stagehand-es/stagehand"
 	"github.com/stagehand-es/stagehand/eventstore"
 	"github.com/stagehand-es/stagehand/internal/backoff"
+	"github.com/stagehand-es/stagehand/internal/lease"
 	"github.com/stagehand-es/stagehand/internal/names"
 )
 
@@ -79,6 +80,13 @@ type Config struct {
 	// OnReset is called in the transaction that resets the checkpoint to the start (RequestReset), after the
 	// lease and the checkpoint rows of the reset group are locked: clear the follower's own tables there.
 	OnReset func(ctx context.Context, tx pgx.Tx) error
+
+	// Share, when set, makes the follower partition Partition of a component whose partitions are spread over the
+	// processes that run it (lease.Share): it contends for its lease only while this process leads fewer than its
+	// fair share, and hands the lease over (ending its run, releasing the lease) when this process leads more.
+	// Default nil: the follower always contends.
+	Share     *lease.Share
+	Partition int
 
 	// AfterCommit, when set, is called after each commit that handled at least one record (the Deferred stager
 	// wakes the outbox's relays there: a wake-up sent inside the transaction would arrive before the rows are

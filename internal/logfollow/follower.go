@@ -89,9 +89,11 @@ func (f *Follower) Run(ctx context.Context) error {
 		defer stop()
 		notified = w
 	}
-	return f.leases.Run(ctx, LeasePrefix+f.cfg.Name, func(ctx context.Context, l lease.Lease) error {
-		return f.follow(ctx, l, notified)
-	})
+	follow := func(ctx context.Context, l lease.Lease) error { return f.follow(ctx, l, notified) }
+	if f.cfg.Share != nil {
+		return f.leases.RunShared(ctx, f.cfg.Share, f.cfg.Partition, LeasePrefix+f.cfg.Name, follow)
+	}
+	return f.leases.Run(ctx, LeasePrefix+f.cfg.Name, follow)
 }
 
 // progress is the follower's view while it holds the lease.

@@ -129,7 +129,9 @@ DELETE FROM {outbox} o WHERE o.message_id = $1 AND o.topic = $2 AND o.tenant_id 
        OR EXISTS (SELECT 1 FROM {dead} d WHERE d.message_id = $1 AND d.topic = $2 AND d.tenant_id = $3))
 
 -- Each staged (tenant, ID, topic) probes the ledger and the dead letters (usually a miss, so nothing
--- more), and only a hit looks the row up; the LATERAL joins fix that order.
+-- more), and only a hit looks the row up; the LATERAL joins fix that order. Each has a LIMIT (the row lookup
+-- finds at most one row anyway), which keeps the planner from pulling it up into a plain join: on statistics
+-- of a drained outbox that join was driven by a full scan of the outbox, comparing every row with every ID.
 -- name: stage_recheck_many
 DELETE FROM {outbox} WHERE id = ANY (ARRAY(
     SELECT o.id FROM unnest($1::text[], $2::text[], $3::text[]) AS k(message_id, topic, tenant_id)
@@ -140,7 +142,8 @@ DELETE FROM {outbox} WHERE id = ANY (ARRAY(
         LIMIT 1) hit
     CROSS JOIN LATERAL (
         SELECT o.id FROM {outbox} o
-        WHERE o.message_id = k.message_id AND o.topic = k.topic AND o.tenant_id = k.tenant_id) o))
+        WHERE o.message_id = k.message_id AND o.topic = k.topic AND o.tenant_id = k.tenant_id
+        LIMIT 1) o))
 
 -- Claim: due, unleased rows that are the first pending message of their key (or unordered), oldest first,
 -- skipping rows another relay is claiming. For the first $7 of those heads, also the (parked) messages that
@@ -258,10 +261,13 @@ SELECT count(*) FROM (SELECT pg_advisory_xact_lock(l) FROM unnest($1::int8[]) AS
 -- dead letter holds the key. The rows are found first, one index probe per key, then updated by key: every
 -- statement that updates a set it computes is written this way, so that no plan (on a queue table the
 -- planner's row estimates are often wrong by orders of magnitude) can drive the computation from the table
--- side.
+-- side. The update's recheck that the row is still parked is written ">= 'infinity'" (nothing is later), not
+-- "= 'infinity'": the latter matches the parked index's predicate, and a plan on stale statistics (the table
+-- analysed while nearly empty) then scanned the whole parked index and compared every entry with the ids,
+-- which with a backlog of tens of thousands of parked messages made one sweep run for minutes.
 -- name: promote
 UPDATE {outbox} SET next_attempt_at = $3
-WHERE next_attempt_at = 'infinity' AND id = ANY (ARRAY(
+WHERE next_attempt_at >= 'infinity' AND id = ANY (ARRAY(
     SELECT h.id FROM unnest($1::text[], $2::text[]) AS k(tenant_id, partition_key)
     CROSS JOIN LATERAL (
         SELECT p.id, p.seq, p.next_attempt_at FROM {outbox} p
@@ -296,7 +302,7 @@ WITH RECURSIVE parked(tenant_id, partition_key) AS (
       AND coalesce({key_hold tenant=parked.tenant_id key=parked.partition_key} >= h.seq, true)
 )
 UPDATE {outbox} SET next_attempt_at = $1
-WHERE next_attempt_at = 'infinity' AND id = ANY (ARRAY(SELECT id FROM heads))
+WHERE next_attempt_at >= 'infinity' AND id = ANY (ARRAY(SELECT id FROM heads)) -- ">=": see promote
 RETURNING partition_key
 
 -- Stats: the parked messages (next_attempt_at 'infinity') split by what they wait for: a dead letter holding
