@@ -24,7 +24,7 @@ func TestBackoffSaturatesAtTheExtremes(t *testing.T) {
 		for range 20 {
 			d := s.backoff(attempt)
 			require.GreaterOrEqual(t, d, floor, "attempt %d", attempt)
-			require.LessOrEqual(t, d, s.maxRetryDelay, "attempt %d", attempt)
+			require.LessOrEqual(t, d, s.MaxRetryDelay, "attempt %d", attempt)
 		}
 	}
 	require.Equal(t, time.Duration(math.MaxInt64), s.backoffFloor(200))
@@ -33,7 +33,7 @@ func TestBackoffSaturatesAtTheExtremes(t *testing.T) {
 	// The broker backoff doubles the same way.
 	b, err := (&RelayConfig{BrokerBackoff: time.Second, MaxBrokerBackoff: math.MaxInt64}).settings(nil)
 	require.NoError(t, err)
-	pause := b.brokerBackoff
+	pause := b.BrokerBackoff
 	for range 100 {
 		next := b.nextBrokerBackoff(pause)
 		require.GreaterOrEqual(t, next, pause)

@@ -234,52 +234,18 @@ func HighReliability() *RelayConfig {
 		RetryDelay: 15 * time.Minute, MaxDegreeOfParallelism: 1}
 }
 
-// settings is a validated RelayConfig with every default applied.
+// settings is a validated RelayConfig with every default applied, and what is derived from it.
 type settings struct {
-	batchSize        int
-	pollingInterval  time.Duration
-	maxRetryCount    int
-	retryDelay       time.Duration
-	maxRetryDelay    time.Duration
-	jitter           float64
-	parallelism      int
-	processorID      string
-	leaseDuration    time.Duration
-	ackDeadline      time.Duration
-	releaseKey       bool
-	unavailable      func(error) bool
-	brokerBackoff    time.Duration
-	maxBrokerBackoff time.Duration
-	disableNotify    bool
-	vacuumInterval   time.Duration
-	vacuumAfterRows  int64
-	logger           *slog.Logger
-	hooks            Hooks
-	leader           string
-	leaderTTL        time.Duration
-	singleWriter     bool
-	partitions       int
-	partitionBy      PartitionBy
-	tracerProvider   trace.TracerProvider
-	meterProvider    metric.MeterProvider
-	maintenance      *MaintenanceConfig // nil when disabled; defaults applied
+	RelayConfig
+	maxRetryCount int                // *MaxRetryCount, or its default
+	maintenance   *MaintenanceConfig // nil when disabled; defaults applied
 }
 
 func (c *RelayConfig) settings(defaultLogger *slog.Logger) (settings, error) {
 	if c == nil {
 		c = Balanced()
 	}
-	s := settings{
-		batchSize: c.BatchSize, pollingInterval: c.PollingInterval, retryDelay: c.RetryDelay,
-		maxRetryDelay: c.MaxRetryDelay, jitter: c.Jitter, parallelism: c.MaxDegreeOfParallelism,
-		processorID: c.ProcessorID, leaseDuration: c.LeaseDuration, ackDeadline: c.AckDeadline,
-		releaseKey: c.ReleaseKeyOnDeadLetter, unavailable: c.IsBrokerUnavailable, brokerBackoff: c.BrokerBackoff,
-		maxBrokerBackoff: c.MaxBrokerBackoff, disableNotify: c.DisableNotify, vacuumInterval: c.VacuumInterval,
-		vacuumAfterRows: int64(c.VacuumAfterRows), logger: c.Logger, maxRetryCount: 5, hooks: c.Hooks,
-		leader: c.LeaderElection, leaderTTL: c.LeaderTTL, singleWriter: c.SingleWriter,
-		partitions: c.Partitions, partitionBy: c.PartitionBy,
-		tracerProvider: c.TracerProvider, meterProvider: c.MeterProvider,
-	}
+	s := settings{RelayConfig: *c, maxRetryCount: 5}
 	if c.MaxRetryCount != nil {
 		s.maxRetryCount = *c.MaxRetryCount
 	}
@@ -287,116 +253,116 @@ func (c *RelayConfig) settings(defaultLogger *slog.Logger) (settings, error) {
 		return settings{}, &ConfigError{Package: "outbox", Field: field, Reason: msg}
 	}
 	switch {
-	case s.batchSize == 0:
-		s.batchSize = 100
-	case s.batchSize < 1:
+	case s.BatchSize == 0:
+		s.BatchSize = 100
+	case s.BatchSize < 1:
 		return bad("BatchSize", "BatchSize must be at least 1.")
-	case s.batchSize > 10000:
+	case s.BatchSize > 10000:
 		return bad("BatchSize", "BatchSize cannot exceed 10000.")
 	}
 	switch {
-	case s.pollingInterval == 0:
-		s.pollingInterval = time.Second
-	case s.pollingInterval < 10*time.Millisecond:
+	case s.PollingInterval == 0:
+		s.PollingInterval = time.Second
+	case s.PollingInterval < 10*time.Millisecond:
 		return bad("PollingInterval", "PollingInterval must be at least 10ms.")
 	}
 	if s.maxRetryCount < 0 {
 		return bad("MaxRetryCount", "MaxRetryCount cannot be negative.")
 	}
 	switch {
-	case s.retryDelay == 0:
-		s.retryDelay = 5 * time.Minute
-	case s.retryDelay < 0:
+	case s.RetryDelay == 0:
+		s.RetryDelay = 5 * time.Minute
+	case s.RetryDelay < 0:
 		return bad("RetryDelay", "RetryDelay must be positive.")
 	}
 	switch {
-	case s.maxRetryDelay == 0:
-		s.maxRetryDelay = max(time.Hour, s.retryDelay)
-	case s.maxRetryDelay < s.retryDelay:
+	case s.MaxRetryDelay == 0:
+		s.MaxRetryDelay = max(time.Hour, s.RetryDelay)
+	case s.MaxRetryDelay < s.RetryDelay:
 		return bad("MaxRetryDelay", "MaxRetryDelay cannot be less than RetryDelay.")
 	}
 	switch {
-	case s.jitter == 0:
-		s.jitter = 0.2
-	case s.jitter < 0 || s.jitter > 1 || math.IsNaN(s.jitter):
+	case s.Jitter == 0:
+		s.Jitter = 0.2
+	case s.Jitter < 0 || s.Jitter > 1 || math.IsNaN(s.Jitter):
 		return bad("Jitter", "Jitter must be between 0 and 1.")
 	}
 	switch {
-	case s.parallelism == 0:
-		s.parallelism = 4
-	case s.parallelism < 1:
+	case s.MaxDegreeOfParallelism == 0:
+		s.MaxDegreeOfParallelism = 4
+	case s.MaxDegreeOfParallelism < 1:
 		return bad("MaxDegreeOfParallelism", "MaxDegreeOfParallelism must be at least 1.")
 	}
-	if s.processorID == "" {
+	if s.ProcessorID == "" {
 		host, err := os.Hostname()
 		if err != nil || strings.TrimSpace(host) == "" {
 			host = "relay"
 		}
-		s.processorID = host
-	} else if strings.TrimSpace(s.processorID) == "" {
+		s.ProcessorID = host
+	} else if strings.TrimSpace(s.ProcessorID) == "" {
 		return bad("ProcessorID", "ProcessorID cannot be empty or whitespace.")
 	}
 	switch {
-	case s.leaseDuration == 0:
-		s.leaseDuration = DefaultLeaseDuration
-	case s.leaseDuration < 100*time.Millisecond:
+	case s.LeaseDuration == 0:
+		s.LeaseDuration = DefaultLeaseDuration
+	case s.LeaseDuration < 100*time.Millisecond:
 		return bad("LeaseDuration", "LeaseDuration must be at least 100ms.")
 	}
 	switch {
-	case s.ackDeadline == 0:
-		s.ackDeadline = time.Minute
-	case s.ackDeadline < 0:
+	case s.AckDeadline == 0:
+		s.AckDeadline = time.Minute
+	case s.AckDeadline < 0:
 		return bad("AckDeadline", "AckDeadline must be positive.")
 	}
-	if s.unavailable == nil {
-		s.unavailable = BrokerUnavailable
+	if s.IsBrokerUnavailable == nil {
+		s.IsBrokerUnavailable = BrokerUnavailable
 	}
 	switch {
-	case s.brokerBackoff == 0:
-		s.brokerBackoff = time.Second
-	case s.brokerBackoff < 0:
+	case s.BrokerBackoff == 0:
+		s.BrokerBackoff = time.Second
+	case s.BrokerBackoff < 0:
 		return bad("BrokerBackoff", "BrokerBackoff must be positive.")
 	}
 	switch {
-	case s.maxBrokerBackoff == 0:
-		s.maxBrokerBackoff = max(30*time.Second, s.brokerBackoff)
-	case s.maxBrokerBackoff < s.brokerBackoff:
+	case s.MaxBrokerBackoff == 0:
+		s.MaxBrokerBackoff = max(30*time.Second, s.BrokerBackoff)
+	case s.MaxBrokerBackoff < s.BrokerBackoff:
 		return bad("MaxBrokerBackoff", "MaxBrokerBackoff cannot be less than BrokerBackoff.")
 	}
-	if s.leader != "" && strings.TrimSpace(s.leader) == "" {
+	if s.LeaderElection != "" && strings.TrimSpace(s.LeaderElection) == "" {
 		return bad("LeaderElection", "LeaderElection cannot be whitespace.")
 	}
 	switch {
-	case s.leaderTTL != 0 && s.leader == "":
+	case s.LeaderTTL != 0 && s.LeaderElection == "":
 		return bad("LeaderTTL", "LeaderTTL needs LeaderElection.")
-	case s.leaderTTL == 0:
-		s.leaderTTL = DefaultLeaderTTL
-	case s.leaderTTL < 100*time.Millisecond:
+	case s.LeaderTTL == 0:
+		s.LeaderTTL = DefaultLeaderTTL
+	case s.LeaderTTL < 100*time.Millisecond:
 		return bad("LeaderTTL", "LeaderTTL must be at least 100ms.")
 	}
-	if s.singleWriter && s.leader != "" {
+	if s.SingleWriter && s.LeaderElection != "" {
 		return bad("SingleWriter", "SingleWriter cannot be combined with LeaderElection: an elected relay is fenced.")
 	}
 	switch {
-	case s.partitions == 0:
-		s.partitions = 1
-	case s.partitions < 1 || s.partitions > maxPartitions:
+	case s.Partitions == 0:
+		s.Partitions = 1
+	case s.Partitions < 1 || s.Partitions > maxPartitions:
 		return bad("Partitions", fmt.Sprintf("Partitions must be between 1 and %d.", maxPartitions))
 	}
-	if s.partitionBy != PartitionByKey && s.partitionBy != PartitionByTenant {
+	if s.PartitionBy != PartitionByKey && s.PartitionBy != PartitionByTenant {
 		return bad("PartitionBy", "PartitionBy must be PartitionByKey or PartitionByTenant.")
 	}
-	if s.vacuumInterval == 0 {
-		s.vacuumInterval = 10 * time.Second
+	if s.VacuumInterval == 0 {
+		s.VacuumInterval = 10 * time.Second
 	}
 	switch {
-	case s.vacuumAfterRows < 0:
+	case s.VacuumAfterRows < 0:
 		return bad("VacuumAfterRows", "VacuumAfterRows must not be negative.")
-	case s.vacuumAfterRows == 0:
-		s.vacuumAfterRows = 10000
+	case s.VacuumAfterRows == 0:
+		s.VacuumAfterRows = 10000
 	}
-	if s.logger == nil {
-		s.logger = defaultLogger
+	if s.Logger == nil {
+		s.Logger = defaultLogger
 	}
 	if c.Maintenance == nil || !c.Maintenance.Disabled {
 		m, err := c.Maintenance.withDefaults()
@@ -408,10 +374,10 @@ func (c *RelayConfig) settings(defaultLogger *slog.Logger) (settings, error) {
 			return settings{}, err
 		}
 		if m.Logger == nil {
-			m.Logger = s.logger
+			m.Logger = s.Logger
 		}
 		if m.MeterProvider == nil {
-			m.MeterProvider = s.meterProvider
+			m.MeterProvider = s.MeterProvider
 		}
 		s.maintenance = &m
 	}
@@ -428,26 +394,26 @@ func (c *RelayConfig) Validate() error {
 // RetryDelay doubled per earlier rejection, capped by MaxRetryDelay. It saturates at the cap, so no setting (up to
 // the largest time.Duration) can wrap a delay around to a negative, immediate retry.
 func (s *settings) backoffFloor(attempt int) time.Duration {
-	return backoff.Exponential(s.retryDelay, s.maxRetryDelay, attempt-1)
+	return backoff.Exponential(s.RetryDelay, s.MaxRetryDelay, attempt-1)
 }
 
 // backoff is backoffFloor plus up to Jitter of it at random, still capped by MaxRetryDelay (never below the floor).
 func (s *settings) backoff(attempt int) time.Duration {
 	floor := s.backoffFloor(attempt)
-	extra := backoff.Fraction(floor, rand.Float64()*s.jitter)
-	return max(floor, min(backoff.Add(floor, extra), s.maxRetryDelay))
+	extra := backoff.Fraction(floor, rand.Float64()*s.Jitter)
+	return max(floor, min(backoff.Add(floor, extra), s.MaxRetryDelay))
 }
 
 // backoffCeiling is the longest backoff before retry number attempt: its floor plus the whole Jitter, capped.
 func (s *settings) backoffCeiling(attempt int) time.Duration {
 	floor := s.backoffFloor(attempt)
-	return min(backoff.Add(floor, backoff.Fraction(floor, s.jitter)), s.maxRetryDelay)
+	return min(backoff.Add(floor, backoff.Fraction(floor, s.Jitter)), s.MaxRetryDelay)
 }
 
 // nextBrokerBackoff is the relay's pause after another unreachable broker: pause doubled, capped by
 // MaxBrokerBackoff, without overflow.
 func (s *settings) nextBrokerBackoff(pause time.Duration) time.Duration {
-	return backoff.Double(pause, s.maxBrokerBackoff)
+	return backoff.Double(pause, s.MaxBrokerBackoff)
 }
 
 // RetryHorizon is the longest time between a message's first rejected attempt and its dead-lettering under these
@@ -462,7 +428,7 @@ func (c *RelayConfig) RetryHorizon() (time.Duration, error) {
 	var total time.Duration
 	for i := 1; i <= s.maxRetryCount; i++ {
 		d := s.backoffCeiling(i)
-		if s.backoffFloor(i) >= s.maxRetryDelay {
+		if s.backoffFloor(i) >= s.MaxRetryDelay {
 			// Every later retry waits the same capped delay: add them at once, so a huge MaxRetryCount costs nothing.
 			return backoff.Add(total, backoff.Mul(d, s.maxRetryCount-i+1)), nil
 		}

@@ -33,14 +33,14 @@ func TestREADMEConfigTables(t *testing.T) {
 	}
 	doctable.Check(t, doctable.Find(t, "README.md", "`outbox.RelayConfig` (nil means"), reflect.TypeFor[RelayConfig](),
 		"", map[string]any{
-			"BatchSize": s.batchSize, "PollingInterval": s.pollingInterval, "MaxRetryCount": s.maxRetryCount,
-			"RetryDelay": s.retryDelay, "MaxRetryDelay": s.maxRetryDelay, "Jitter": s.jitter,
-			"MaxDegreeOfParallelism": s.parallelism, "LeaseDuration": s.leaseDuration, "AckDeadline": s.ackDeadline,
-			"ReleaseKeyOnDeadLetter": s.releaseKey, "BrokerBackoff": s.brokerBackoff,
-			"MaxBrokerBackoff": s.maxBrokerBackoff, "DisableNotify": s.disableNotify,
-			"VacuumInterval": s.vacuumInterval, "VacuumAfterRows": s.vacuumAfterRows, "LeaderElection": s.leader, "LeaderTTL": s.leaderTTL,
-			"SingleWriter": s.singleWriter, "Partitions": s.partitions,
-			"PartitionBy": map[PartitionBy]string{PartitionByKey: "PartitionByKey", PartitionByTenant: "PartitionByTenant"}[s.partitionBy],
+			"BatchSize": s.BatchSize, "PollingInterval": s.PollingInterval, "MaxRetryCount": s.maxRetryCount,
+			"RetryDelay": s.RetryDelay, "MaxRetryDelay": s.MaxRetryDelay, "Jitter": s.Jitter,
+			"MaxDegreeOfParallelism": s.MaxDegreeOfParallelism, "LeaseDuration": s.LeaseDuration, "AckDeadline": s.AckDeadline,
+			"ReleaseKeyOnDeadLetter": s.ReleaseKeyOnDeadLetter, "BrokerBackoff": s.BrokerBackoff,
+			"MaxBrokerBackoff": s.MaxBrokerBackoff, "DisableNotify": s.DisableNotify,
+			"VacuumInterval": s.VacuumInterval, "VacuumAfterRows": s.VacuumAfterRows, "LeaderElection": s.LeaderElection, "LeaderTTL": s.LeaderTTL,
+			"SingleWriter": s.SingleWriter, "Partitions": s.Partitions,
+			"PartitionBy": map[PartitionBy]string{PartitionByKey: "PartitionByKey", PartitionByTenant: "PartitionByTenant"}[s.PartitionBy],
 		})
 
 	m, err := (*MaintenanceConfig)(nil).withDefaults()

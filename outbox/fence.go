@@ -79,7 +79,7 @@ func (r *Relay) checkFenceable(ctx context.Context) error {
 		return fmt.Errorf("outbox: checking that the relay can be fenced: %w", err)
 	}
 	if reason != "" {
-		return &CannotFenceError{Lease: r.s.leader, Reason: reason}
+		return &CannotFenceError{Lease: r.s.LeaderElection, Reason: reason}
 	}
 	r.fenceChecked.Store(true)
 	return nil
@@ -87,8 +87,8 @@ func (r *Relay) checkFenceable(ctx context.Context) error {
 
 // leaseName is the leader lease of partition p.
 func (r *Relay) leaseName(p int) string {
-	if r.s.partitions == 1 {
-		return r.s.leader
+	if r.s.Partitions == 1 {
+		return r.s.LeaderElection
 	}
-	return fmt.Sprintf("%s/%d", r.s.leader, p)
+	return fmt.Sprintf("%s/%d", r.s.LeaderElection, p)
 }

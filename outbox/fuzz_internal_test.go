@@ -33,8 +33,8 @@ func FuzzRelayConfig(f *testing.F) {
 			}
 			return
 		}
-		if d := s.backoff(attempt); d < 0 || d > s.maxRetryDelay {
-			t.Fatalf("backoff(%d) = %s outside [0, %s]", attempt, d, s.maxRetryDelay)
+		if d := s.backoff(attempt); d < 0 || d > s.MaxRetryDelay {
+			t.Fatalf("backoff(%d) = %s outside [0, %s]", attempt, d, s.MaxRetryDelay)
 		}
 		h, err := c.RetryHorizon()
 		if err != nil || h < 0 {

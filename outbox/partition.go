@@ -88,14 +88,14 @@ func (r *Relay) start(ctx context.Context, topics []string, deliver func(context
 // partitions.
 func (g *group) run() {
 	defer g.cancel()
-	n := g.r.s.partitions
+	n := g.r.s.Partitions
 	wakes := make([]chan struct{}, n)
 	for p := range wakes {
 		wakes[p] = make(chan struct{}, 1)
 	}
 	var loops sync.WaitGroup
-	if !g.r.s.disableNotify && !g.drain {
-		listen, stop := listenFor(g.ctx, g.r.o, min(g.r.s.pollingInterval, time.Second), g.r.s.logger)
+	if !g.r.s.DisableNotify && !g.drain {
+		listen, stop := listenFor(g.ctx, g.r.o, min(g.r.s.PollingInterval, time.Second), g.r.s.Logger)
 		loops.Add(1)
 		go func() {
 			defer loops.Done()
@@ -116,7 +116,7 @@ func (g *group) run() {
 	}
 	var sh *lease.Share
 	if g.r.leases != nil && n > 1 && !g.drain {
-		sh = lease.NewShare(g.r.leases, g.r.s.leader+"/members/", n)
+		sh = lease.NewShare(g.r.leases, g.r.s.LeaderElection+"/members/", n)
 		loops.Add(1)
 		go func() {
 			defer loops.Done()
@@ -139,7 +139,7 @@ func (g *group) run() {
 	g.cancel()
 	loops.Wait()
 	if g.drain && g.r.leases != nil && g.notLed == n && g.drainErr == nil {
-		g.drainErr = fmt.Errorf("%w: every partition of %q is led by another relay", ErrNotLeader, g.r.s.leader)
+		g.drainErr = fmt.Errorf("%w: every partition of %q is led by another relay", ErrNotLeader, g.r.s.LeaderElection)
 	}
 }
 
@@ -157,14 +157,14 @@ func (g *group) runPartition(p int, wake chan struct{}) {
 		return
 	}
 	err := g.r.leases.Run(g.ctx, name, func(ctx context.Context, l lease.Lease) error {
-		g.r.s.logger.Info("stagehand: outbox relay leads", "lease", l.Name, "token", l.Token, "partition", p)
+		g.r.s.Logger.Info("stagehand: outbox relay leads", "lease", l.Name, "token", l.Token, "partition", p)
 		if loss := g.term(ctx, p, wake, &l); loss != nil {
 			return loss.leaseErr // matches lease.ErrLost: contend again
 		}
 		return ctx.Err()
 	})
 	if err != nil && g.ctx.Err() == nil {
-		g.r.s.logger.Error("stagehand: outbox relay stopped contending for leadership", "lease", name, "error", err)
+		g.r.s.Logger.Error("stagehand: outbox relay stopped contending for leadership", "lease", name, "error", err)
 	}
 }
 
@@ -192,7 +192,7 @@ func (g *group) drainLed(p int, name string) {
 	rctx, rcancel := context.WithTimeout(context.WithoutCancel(g.ctx), 5*time.Second)
 	defer rcancel()
 	if err := mgr.Release(rctx, l); err != nil {
-		g.r.s.logger.Warn("stagehand: outbox could not release the leader lease after a drain; it expires by itself",
+		g.r.s.Logger.Warn("stagehand: outbox could not release the leader lease after a drain; it expires by itself",
 			"lease", name, "error", err)
 	}
 }
@@ -202,19 +202,19 @@ func (g *group) drainLed(p int, name string) {
 func (g *group) term(ctx context.Context, p int, wake chan struct{}, fence *lease.Lease) *fenceLoss {
 	r := g.r
 	ctx, cancel := context.WithCancel(ctx)
-	owner := newLeaseOwner(r.s.processorID)
+	owner := newLeaseOwner(r.s.ProcessorID)
 	if fence != nil {
 		owner = fmt.Sprintf("%s/%d#%d", r.owner, p, fence.Token) // one row-lease owner per term
 	}
 	loop := &claimLoop{
 		relay: r, cfg: &r.s, topics: g.topics, drain: g.drain, listen: wake, part: p, deliver: g.deliver,
 		sweeps: &g.sweeps, ctx: ctx, cancel: cancel,
-		db:     &relayDB{o: r.o, st: &r.st, owner: owner, fence: fence, logger: r.s.logger, part: p, end: cancel},
+		db:     &relayDB{o: r.o, st: &r.st, owner: owner, fence: fence, logger: r.s.Logger, part: p, end: cancel},
 		flight: newInflight(), marks: newMarker(), promos: &promoter{},
-		pause: newBrokerPause(r.s.brokerBackoff, r.s.nextBrokerBackoff),
+		pause: newBrokerPause(r.s.BrokerBackoff, r.s.nextBrokerBackoff),
 		done:  make(chan struct{}), stopped: make(chan struct{}),
 	}
-	loop.lo, loop.hi = partitionRange(p, r.s.partitions)
+	loop.lo, loop.hi = partitionRange(p, r.s.Partitions)
 	loop.run()
 	loss := loop.db.demote.Load()
 	result, drainErr := loop.tally.get()

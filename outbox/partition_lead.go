@@ -30,7 +30,7 @@ func (g *group) leadShared(sh *lease.Share, p int, wake chan struct{}) {
 		}
 		l, ok, err := mgr.TryAcquire(g.ctx, name)
 		if err != nil && g.ctx.Err() == nil {
-			r.s.logger.Warn("stagehand: outbox relay could not contend for a partition", "lease", name, "error", err)
+			r.s.Logger.Warn("stagehand: outbox relay could not contend for a partition", "lease", name, "error", err)
 		}
 		if !ok {
 			// Jitter, so relays started together do not contend in lockstep.
@@ -38,7 +38,7 @@ func (g *group) leadShared(sh *lease.Share, p int, wake chan struct{}) {
 			continue
 		}
 		sh.Leading(p, true)
-		r.s.logger.Info("stagehand: outbox relay leads", "lease", l.Name, "token", l.Token, "partition", p)
+		r.s.Logger.Info("stagehand: outbox relay leads", "lease", l.Name, "token", l.Token, "partition", p)
 		sctx, stopWatch := sh.Watch(g.ctx, p) // ends the term when the partition is to be handed over
 		tctx, stop := mgr.Keep(sctx, l)
 		loss := g.term(tctx, p, wake, &l)
@@ -49,13 +49,13 @@ func (g *group) leadShared(sh *lease.Share, p int, wake chan struct{}) {
 		if loss == nil && !errors.Is(cause, lease.ErrLost) {
 			rctx, cancel := context.WithTimeout(context.WithoutCancel(g.ctx), 5*time.Second)
 			if err := mgr.Release(rctx, l); err != nil {
-				r.s.logger.Warn("stagehand: outbox could not release a partition lease; it expires by itself",
+				r.s.Logger.Warn("stagehand: outbox could not release a partition lease; it expires by itself",
 					"lease", name, "error", err)
 			}
 			cancel()
 		}
 		if errors.Is(cause, lease.ErrShed) {
-			r.s.logger.Info("stagehand: outbox relay handed a partition over", "lease", name, "partition", p)
+			r.s.Logger.Info("stagehand: outbox relay handed a partition over", "lease", name, "partition", p)
 			backoff.Sleep(g.ctx, every) // leave the lease to the relay that needs it
 		}
 	}

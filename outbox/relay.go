@@ -55,20 +55,20 @@ func (o *Outbox) NewRelay(cfg *RelayConfig) (*Relay, error) {
 	if err != nil {
 		return nil, err
 	}
-	r := &Relay{o: o, s: s, owner: newLeaseOwner(s.processorID), groups: map[*group]struct{}{}}
-	if r.st, err = o.q.relay(s.leader != "", s.partitions > 1, s.partitionBy); err != nil {
+	r := &Relay{o: o, s: s, owner: newLeaseOwner(s.ProcessorID), groups: map[*group]struct{}{}}
+	if r.st, err = o.q.relay(s.LeaderElection != "", s.Partitions > 1, s.PartitionBy); err != nil {
 		return nil, err
 	}
-	if s.leader != "" {
-		r.leases, err = lease.New(o.pool, &lease.Config{Schema: o.schema, Owner: r.owner, TTL: s.leaderTTL,
-			AcquireInterval: min(time.Second, s.leaderTTL/3), Logger: s.logger})
+	if s.LeaderElection != "" {
+		r.leases, err = lease.New(o.pool, &lease.Config{Schema: o.schema, Owner: r.owner, TTL: s.LeaderTTL,
+			AcquireInterval: min(time.Second, s.LeaderTTL/3), Logger: s.Logger})
 		if err != nil {
 			return nil, &ConfigError{Package: "outbox", Field: "LeaderTTL", Reason: err.Error()}
 		}
 	}
-	if s.singleWriter {
-		s.logger.Warn("stagehand: outbox relay runs unfenced (SingleWriter): the operator guarantees that it is "+
-			"the only relay draining this outbox", "processor_id", s.processorID, "schema", o.schema)
+	if s.SingleWriter {
+		s.Logger.Warn("stagehand: outbox relay runs unfenced (SingleWriter): the operator guarantees that it is "+
+			"the only relay draining this outbox", "processor_id", s.ProcessorID, "schema", o.schema)
 	}
 	if r.tel, err = newRelayTelemetry(r); err != nil {
 		return nil, err
@@ -100,7 +100,7 @@ func (r *Relay) SubscribeTopics(ctx context.Context, topics ...string) (<-chan *
 func (r *Relay) subscribe(ctx context.Context, topics []string) (<-chan *message.Message, *group, error) {
 	out := make(chan *message.Message)
 	g, err := r.start(ctx, topics, func(ctx context.Context, d *delivery) outcome {
-		return d.viaChannel(ctx, out, r.s.ackDeadline)
+		return d.viaChannel(ctx, out, r.s.AckDeadline)
 	}, func() { close(out) })
 	if err != nil {
 		return nil, nil, err
@@ -138,7 +138,7 @@ func (r *Relay) Drain(ctx context.Context, pub message.Publisher) (DrainResult, 
 	if err := ctx.Err(); err != nil {
 		return res, err
 	}
-	r.maint.afterDrain(ctx, r.s.logger)
+	r.maint.afterDrain(ctx, r.s.Logger)
 	return res, drainErr
 }
 

@@ -14,7 +14,7 @@ import (
 func (loop *claimLoop) claimer() {
 	poll := time.NewTimer(0)
 	defer poll.Stop()
-	sweepEvery := min(max(5*loop.cfg.pollingInterval, time.Second), 30*time.Second)
+	sweepEvery := min(max(5*loop.cfg.PollingInterval, time.Second), 30*time.Second)
 	for {
 		if loop.ctx.Err() != nil {
 			return
@@ -26,7 +26,7 @@ func (loop *claimLoop) claimer() {
 		if !loop.pause.wait(loop.ctx) {
 			return
 		}
-		limit := loop.flight.roomFor(loop.cfg.batchSize, loop.cfg.parallelism)
+		limit := loop.flight.roomFor(loop.cfg.BatchSize, loop.cfg.MaxDegreeOfParallelism)
 		if limit == 0 {
 			select {
 			case <-loop.flight.room:
@@ -43,7 +43,7 @@ func (loop *claimLoop) claimer() {
 			if loop.ctx.Err() != nil {
 				return
 			}
-			loop.cfg.logger.Warn("stagehand: outbox claim failed; retrying at the next poll", "error", err)
+			loop.cfg.Logger.Warn("stagehand: outbox claim failed; retrying at the next poll", "error", err)
 			if loop.drain {
 				loop.tally.fail(err)
 				loop.waitIdle()
@@ -65,7 +65,7 @@ func (loop *claimLoop) claimer() {
 			}
 			continue
 		}
-		wait := loop.cfg.pollingInterval
+		wait := loop.cfg.PollingInterval
 		if err == nil {
 			if next, ok := loop.nextDue(claimedAt); ok {
 				wait = min(wait, max(time.Until(next), time.Millisecond))
@@ -108,11 +108,11 @@ func (loop *claimLoop) claim(now time.Time, limit int) (n int, err error) {
 	defer func() {
 		took := time.Since(start)
 		loop.relay.tel.claimed(loop.ctx, start, took, claimed, err)
-		if h := loop.cfg.hooks.Claimed; h != nil {
+		if h := loop.cfg.Hooks.Claimed; h != nil {
 			h(loop.ctx, n, took, err)
 		}
 	}()
-	args := []any{now, limit, loop.db.owner, now.Add(loop.cfg.leaseDuration), loop.topics, loop.runLength() - 1,
+	args := []any{now, limit, loop.db.owner, now.Add(loop.cfg.LeaseDuration), loop.topics, loop.runLength() - 1,
 		loop.runHeads()}
 	if loop.db.st.partitioned {
 		args = append(args, loop.lo, loop.hi)
@@ -147,14 +147,14 @@ func (loop *claimLoop) claim(now time.Time, limit int) (n int, err error) {
 // twice as many keys as there are workers, so workers stay busy while promotions (one per run, when it ends) stay
 // rare.
 func (loop *claimLoop) runLength() int {
-	per := 2 * loop.cfg.parallelism
-	return max(1, (loop.cfg.batchSize+per-1)/per)
+	per := 2 * loop.cfg.MaxDegreeOfParallelism
+	return max(1, (loop.cfg.BatchSize+per-1)/per)
 }
 
 // runHeads is how many of a claim's heads may bring their runs: at least two per worker, and enough for deep keys
 // to fill the batch with runs (one promotion per run rather than per message), while bounding what the claim reads.
 func (loop *claimLoop) runHeads() int {
-	return max(2*loop.cfg.parallelism, (loop.cfg.batchSize+7)/8)
+	return max(2*loop.cfg.MaxDegreeOfParallelism, (loop.cfg.BatchSize+7)/8)
 }
 
 // sweepClock spaces the sweeps of one subscription's (or drain's) claim loops. A sweep visits every parked key of
@@ -191,7 +191,7 @@ func (c *sweepClock) end() {
 // parked messages they took most of the database's time). A relay that takes partition 0 over after its leader
 // died sweeps when its term starts. Without leader election every relay sweeps (each on its own clock).
 func (loop *claimLoop) sweeper() bool {
-	return loop.cfg.leader == "" || loop.part == 0
+	return loop.cfg.LeaderElection == "" || loop.part == 0
 }
 
 // sweep promotes the first message of keys whose promotion was missed (see queries.sweep).
@@ -205,12 +205,12 @@ func (loop *claimLoop) sweep() {
 	})
 	if err != nil {
 		if loop.ctx.Err() == nil {
-			loop.cfg.logger.Warn("stagehand: outbox sweep failed", "error", err)
+			loop.cfg.Logger.Warn("stagehand: outbox sweep failed", "error", err)
 		}
 		return
 	}
 	if tag.RowsAffected() > 0 {
-		loop.cfg.logger.Debug("stagehand: outbox sweep promoted messages", "count", tag.RowsAffected())
+		loop.cfg.Logger.Debug("stagehand: outbox sweep promoted messages", "count", tag.RowsAffected())
 	}
 }
 

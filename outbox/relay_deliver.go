@@ -38,7 +38,7 @@ func (loop *claimLoop) deliverUnit(u *unit) {
 		dctx, span := loop.relay.tel.startPublish(loop.ctx, rw)
 		out := loop.classify(loop.deliver(dctx, d))
 		loop.relay.tel.published(dctx, span, rw, out)
-		if h := loop.cfg.hooks.Delivered; h != nil {
+		if h := loop.cfg.Hooks.Delivered; h != nil {
 			h(loop.ctx, rw.info(), out.kind, out.err, time.Since(start))
 		}
 		switch out.kind {
@@ -59,7 +59,7 @@ func (loop *claimLoop) deliverUnit(u *unit) {
 
 // classify turns a rejection into "unreachable" when the classifier says so.
 func (loop *claimLoop) classify(out outcome) outcome {
-	if out.kind == Rejected && out.err != nil && loop.cfg.unavailable(out.err) {
+	if out.kind == Rejected && out.err != nil && loop.cfg.IsBrokerUnavailable(out.err) {
 		out.kind = Unreachable
 	}
 	return out

@@ -20,7 +20,7 @@ func (loop *claimLoop) rejected(rw *row, u *unit, cause error) bool {
 	now := loop.relay.o.now()
 	msg := truncateError(cause)
 	dead := attempt > loop.cfg.maxRetryCount
-	holds := dead && rw.ordered() && !loop.cfg.releaseKey
+	holds := dead && rw.ordered() && !loop.cfg.ReleaseKeyOnDeadLetter
 	continues := dead && !holds
 	var waiting []*row // the rest of the run, which waits behind rw
 	if !continues {
@@ -33,7 +33,7 @@ func (loop *claimLoop) rejected(rw *row, u *unit, cause error) bool {
 	op := "backoff"
 	if dead {
 		op = "dead-letter move"
-		b.Queue(loop.db.st.deadLetter, loop.db.fenced(rw.rid, loop.db.owner, msg, !loop.cfg.releaseKey, now)...)
+		b.Queue(loop.db.st.deadLetter, loop.db.fenced(rw.rid, loop.db.owner, msg, !loop.cfg.ReleaseKeyOnDeadLetter, now)...)
 	} else {
 		b.Queue(loop.db.st.fail, loop.db.fenced(rw.rid, loop.db.owner, msg, now.Add(loop.cfg.backoff(attempt)))...)
 	}
@@ -66,10 +66,10 @@ func (loop *claimLoop) rejected(rw *row, u *unit, cause error) bool {
 	case errors.Is(err, ErrFenced):
 		continues = false // logged by checkFence; the new leader retries the message
 	case err != nil:
-		loop.cfg.logger.Warn("stagehand: outbox could not record a failed delivery; the lease will lapse and the "+
+		loop.cfg.Logger.Warn("stagehand: outbox could not record a failed delivery; the lease will lapse and the "+
 			"message will be retried", "message_id", rw.id, "error", err)
 	default:
-		loop.cfg.logger.Debug("stagehand: outbox delivery rejected", "message_id", rw.id, "attempt", attempt,
+		loop.cfg.Logger.Debug("stagehand: outbox delivery rejected", "message_id", rw.id, "attempt", attempt,
 			"dead_lettered", dead, "error", cause)
 	}
 	loop.tally.add(func(r *DrainResult) {
@@ -79,7 +79,7 @@ func (loop *claimLoop) rejected(rw *row, u *unit, cause error) bool {
 		}
 	})
 	loop.relay.tel.failed(loop.ctx, rw, dead && err == nil)
-	if h := loop.cfg.hooks.DeadLettered; dead && err == nil && h != nil {
+	if h := loop.cfg.Hooks.DeadLettered; dead && err == nil && h != nil {
 		h(loop.ctx, rw.info(), cause)
 	}
 	loop.flight.settled(1 + len(waiting))
@@ -101,11 +101,11 @@ func (loop *claimLoop) unreachable(rw *row, u *unit, cause error) {
 	_, err := loop.db.written(ctx, "release", b, nil)
 	cancel()
 	if err != nil && !errors.Is(err, ErrFenced) {
-		loop.cfg.logger.Warn("stagehand: outbox could not release a message", "message_id", rw.id, "error", err)
+		loop.cfg.Logger.Warn("stagehand: outbox could not release a message", "message_id", rw.id, "error", err)
 	}
 	pause := loop.pause.unreachable()
 	loop.tally.add(func(r *DrainResult) { r.Unreachable++ })
-	loop.cfg.logger.Warn("stagehand: outbox broker unreachable; relay backing off", "pause", pause, "error", cause)
+	loop.cfg.Logger.Warn("stagehand: outbox broker unreachable; relay backing off", "pause", pause, "error", cause)
 	loop.flight.settled(1 + len(waiting))
 	if loop.drain {
 		loop.tally.fail(fmt.Errorf("%w: %w", ErrBrokerUnavailable, cause))

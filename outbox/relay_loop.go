@@ -81,7 +81,7 @@ func (t *tally) get() (DrainResult, error) {
 func (loop *claimLoop) run() {
 	defer close(loop.done)
 	var workers, background sync.WaitGroup
-	for range loop.cfg.parallelism {
+	for range loop.cfg.MaxDegreeOfParallelism {
 		workers.Go(loop.worker)
 	}
 	background.Go(loop.keepLeases)

@@ -71,7 +71,7 @@ func (loop *claimLoop) markAcknowledged() {
 			if err := loop.mark(rowIDs(batch), endedRuns(batch)); errors.Is(err, ErrFenced) {
 				// logged by checkFence; the rows stay for the new leader
 			} else if err != nil {
-				loop.cfg.logger.Warn("stagehand: outbox could not mark messages sent; their leases will lapse and "+
+				loop.cfg.Logger.Warn("stagehand: outbox could not mark messages sent; their leases will lapse and "+
 					"they will be published again", "count", len(batch), "error", err)
 			} else {
 				loop.moved.Add(int64(len(batch)))
@@ -112,7 +112,7 @@ func endedRuns(rows []*row) []tenantKey {
 func (loop *claimLoop) mark(batch []int64, keys []tenantKey) (err error) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(loop.ctx), 30*time.Second)
 	defer cancel()
-	if h := loop.cfg.hooks.Marked; h != nil {
+	if h := loop.cfg.Hooks.Marked; h != nil {
 		start := time.Now()
 		defer func() { h(ctx, len(batch), time.Since(start), err) }()
 	}
@@ -140,7 +140,7 @@ func (loop *claimLoop) mark(batch []int64, keys []tenantKey) (err error) {
 	}
 	loop.tally.add(func(r *DrainResult) { r.Published += len(batch) })
 	if lost := len(batch) - int(marked); lost > 0 {
-		loop.cfg.logger.Debug("stagehand: outbox lost leases before marking; another relay will publish again",
+		loop.cfg.Logger.Debug("stagehand: outbox lost leases before marking; another relay will publish again",
 			"count", lost)
 	}
 	return nil
@@ -162,7 +162,7 @@ func (loop *claimLoop) retryPromotions() bool {
 		return err
 	})
 	if err != nil {
-		loop.cfg.logger.Debug("stagehand: outbox promotion failed; the sweep will retry", "error", err)
+		loop.cfg.Logger.Debug("stagehand: outbox promotion failed; the sweep will retry", "error", err)
 		return false
 	}
 	loop.promos.later(keys, locked)

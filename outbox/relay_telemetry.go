@@ -36,7 +36,7 @@ type relayTelemetry struct {
 }
 
 func newRelayTelemetry(r *Relay) (*relayTelemetry, error) {
-	tp, mp := r.s.tracerProvider, r.s.meterProvider
+	tp, mp := r.s.TracerProvider, r.s.MeterProvider
 	if tp == nil {
 		tp = r.o.tp
 	}

@@ -10,7 +10,7 @@ import (
 
 // keepLeases renews the leases of the rows in flight, every third of the lease duration.
 func (loop *claimLoop) keepLeases() {
-	t := time.NewTicker(loop.cfg.leaseDuration / 3)
+	t := time.NewTicker(loop.cfg.LeaseDuration / 3)
 	defer t.Stop()
 	for {
 		select {
@@ -24,10 +24,10 @@ func (loop *claimLoop) keepLeases() {
 		}
 		b := &pgx.Batch{}
 		b.Queue(loop.db.st.extend, loop.db.fenced(held, loop.db.owner,
-			loop.relay.o.now().Add(loop.cfg.leaseDuration))...)
+			loop.relay.o.now().Add(loop.cfg.LeaseDuration))...)
 		if _, err := loop.db.written(loop.ctx, "lease renewal", b, nil); err != nil && loop.ctx.Err() == nil &&
 			!errors.Is(err, ErrFenced) {
-			loop.cfg.logger.Warn("stagehand: outbox could not renew leases", "count", len(held), "error", err)
+			loop.cfg.Logger.Warn("stagehand: outbox could not renew leases", "count", len(held), "error", err)
 		}
 	}
 }
@@ -37,10 +37,10 @@ func (loop *claimLoop) keepLeases() {
 // relay is vacuuming it, there is nothing to add. PARALLEL 0: the table is small by design, and parallel index
 // vacuuming would take cores from staging and the relay for nothing.
 func (loop *claimLoop) vacuumer() {
-	if loop.cfg.vacuumInterval <= 0 {
+	if loop.cfg.VacuumInterval <= 0 {
 		return
 	}
-	t := time.NewTicker(loop.cfg.vacuumInterval)
+	t := time.NewTicker(loop.cfg.VacuumInterval)
 	defer t.Stop()
 	var moved int64
 	for {
@@ -49,13 +49,13 @@ func (loop *claimLoop) vacuumer() {
 		case <-loop.ctx.Done():
 			return
 		}
-		if moved += loop.moved.Swap(0); moved < loop.cfg.vacuumAfterRows {
+		if moved += loop.moved.Swap(0); moved < int64(loop.cfg.VacuumAfterRows) {
 			continue
 		}
 		moved = 0
 		// No truncation: it would lock staging out of the table (migration 027 says the same to autovacuum).
 		if _, err := loop.relay.o.pool.Exec(loop.ctx, loop.relay.o.q.vacuum); err != nil && loop.ctx.Err() == nil {
-			loop.cfg.logger.Debug("stagehand: outbox vacuum failed; autovacuum remains", "error", err)
+			loop.cfg.Logger.Debug("stagehand: outbox vacuum failed; autovacuum remains", "error", err)
 		}
 	}
 }
@@ -76,7 +76,7 @@ func (loop *claimLoop) releaseAll() {
 	b := &pgx.Batch{}
 	b.Queue(loop.db.st.release, loop.db.fenced(held, loop.db.owner, due, loop.relay.o.now())...)
 	if err := loop.db.exec(ctx, b, nil); err != nil {
-		loop.cfg.logger.Warn("stagehand: outbox could not release leases on close; they will lapse",
+		loop.cfg.Logger.Warn("stagehand: outbox could not release leases on close; they will lapse",
 			"count", len(held), "error", err)
 	}
 }
