@@ -524,7 +524,7 @@ func finishRecord(r *Record, meta []byte) error {
 
 // ReadStream implements Store.
 func (s *PostgresStore) ReadStream(ctx context.Context, tenant, streamID string, fromVersion int64) ([]Record, error) {
-	return s.readStream(ctx, s.pool, tenant, streamID, fromVersion)
+	return s.readStream(ctx, s.pool, tenant, streamID, fromVersion, 0)
 }
 
 // Stream implements Store.

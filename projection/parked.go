@@ -9,6 +9,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/stagehand-es/stagehand"
 	"github.com/stagehand-es/stagehand/eventstore"
 	"github.com/stagehand-es/stagehand/internal/logfollow"
 )
@@ -68,17 +69,67 @@ func ListParked(ctx context.Context, db DB, schema, name string) ([]ParkedEvent,
 	if err != nil {
 		return nil, fmt.Errorf("projection: list parked events: %w", err)
 	}
-	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (ParkedEvent, error) {
-		var e ParkedEvent
-		err := r.Scan(&e.ID, &e.Projection, &e.Checkpoint, &e.Position, &e.Tenant, &e.StreamID, &e.StreamType,
-			&e.Version, &e.EventID, &e.EventType, &e.Attempts, &e.LastError, &e.ParkedAt, &e.ReplayRequested)
-		e.ParkedAt = e.ParkedAt.UTC()
-		return e, err
-	})
+	out, err := pgx.CollectRows(rows, scanParked)
 	if err != nil {
 		return nil, fmt.Errorf("projection: list parked events: %w", err)
 	}
 	return out, nil
+}
+
+// ParkedQuery selects a page of parked events (ListParkedPage). Its zero value selects the first page of every
+// projection's parked events.
+type ParkedQuery struct {
+	// Projection keeps only one projection's parked events. Default "": every projection's.
+	Projection string
+	// Tenants keeps only the events of these tenants (each checked with stagehand.ValidateTenant). Default: every
+	// tenant's.
+	Tenants []string
+	// IDs keeps only these parked events. Default nil: all; an empty slice that is not nil selects none.
+	IDs []int64
+	// AfterID continues after the parked event with this ID: pages run in ID order, the earliest parked first.
+	// Default 0: from the start.
+	AfterID int64
+	// Limit caps the page. Default 100.
+	Limit int
+}
+
+// ListParkedPage returns a page of the parked events in schema that q selects, in ID order (the earliest parked
+// first), reading the parked table by its primary key: a long list is read a page at a time.
+func ListParkedPage(ctx context.Context, db DB, schema string, q ParkedQuery) ([]ParkedEvent, error) {
+	for _, t := range q.Tenants {
+		if err := stagehand.ValidateTenant(t); err != nil {
+			return nil, fmt.Errorf("projection: list parked events: %w", err)
+		}
+	}
+	if q.Limit <= 0 {
+		q.Limit = 100
+	}
+	var tenants []string
+	if len(q.Tenants) > 0 {
+		tenants = q.Tenants
+	}
+	rows, err := db.Query(ctx, `SELECT id, projection, checkpoint, position, tenant_id, stream_id, stream_type,
+			version, event_id, event_type, attempts, last_error, parked_at, replay_requested
+		FROM `+pgx.Identifier{schema, "projection_parked"}.Sanitize()+`
+		WHERE ($1 = '' OR projection = $1) AND ($2::text[] IS NULL OR tenant_id = ANY ($2))
+			AND ($3::bigint[] IS NULL OR id = ANY ($3)) AND id > $4
+		ORDER BY id LIMIT $5`, q.Projection, tenants, q.IDs, q.AfterID, q.Limit)
+	if err != nil {
+		return nil, fmt.Errorf("projection: list parked events: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, scanParked)
+	if err != nil {
+		return nil, fmt.Errorf("projection: list parked events: %w", err)
+	}
+	return out, nil
+}
+
+func scanParked(r pgx.CollectableRow) (ParkedEvent, error) {
+	var e ParkedEvent
+	err := r.Scan(&e.ID, &e.Projection, &e.Checkpoint, &e.Position, &e.Tenant, &e.StreamID, &e.StreamType,
+		&e.Version, &e.EventID, &e.EventType, &e.Attempts, &e.LastError, &e.ParkedAt, &e.ReplayRequested)
+	e.ParkedAt = e.ParkedAt.UTC()
+	return e, err
 }
 
 // DiscardParked deletes a parked event without applying it (an operator's decision: it is then skipped for

@@ -9,6 +9,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/stagehand-es/stagehand"
 	"github.com/stagehand-es/stagehand/eventstore"
 	"github.com/stagehand-es/stagehand/internal/logfollow"
 )
@@ -150,17 +151,68 @@ func ListParkedWork(ctx context.Context, db DB, schema, worker string) ([]Parked
 	if err != nil {
 		return nil, fmt.Errorf("staging: list parked events: %w", err)
 	}
-	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (ParkedWork, error) {
-		var e ParkedWork
-		err := r.Scan(&e.ID, &e.Worker, &e.Position, &e.Tenant, &e.StreamID, &e.StreamType, &e.Version,
-			&e.EventID, &e.EventType, &e.Attempts, &e.LastError, &e.ParkedAt, &e.ReplayRequested)
-		e.ParkedAt = e.ParkedAt.UTC()
-		return e, err
-	})
+	out, err := pgx.CollectRows(rows, scanParkedWork)
 	if err != nil {
 		return nil, fmt.Errorf("staging: list parked events: %w", err)
 	}
 	return out, nil
+}
+
+// ParkedWorkQuery selects a page of parked events (ListParkedWorkPage). Its zero value selects the first page of
+// every worker's parked events.
+type ParkedWorkQuery struct {
+	// Worker keeps only one worker's parked events ("stager:NAME" or "reconciler:NAME"). Default "": every
+	// worker's.
+	Worker string
+	// Tenants keeps only the events of these tenants (each checked with stagehand.ValidateTenant). Default: every
+	// tenant's.
+	Tenants []string
+	// IDs keeps only these parked events. Default nil: all; an empty slice that is not nil selects none.
+	IDs []int64
+	// AfterID continues after the parked event with this ID: pages run in ID order, the earliest parked first.
+	// Default 0: from the start.
+	AfterID int64
+	// Limit caps the page. Default 100.
+	Limit int
+}
+
+// ListParkedWorkPage returns a page of the parked events in schema that q selects, in ID order (the earliest
+// parked first), reading the parked table by its primary key: a long list is read a page at a time.
+func ListParkedWorkPage(ctx context.Context, db DB, schema string, q ParkedWorkQuery) ([]ParkedWork, error) {
+	for _, t := range q.Tenants {
+		if err := stagehand.ValidateTenant(t); err != nil {
+			return nil, fmt.Errorf("staging: list parked events: %w", err)
+		}
+	}
+	if q.Limit <= 0 {
+		q.Limit = 100
+	}
+	var tenants []string
+	if len(q.Tenants) > 0 {
+		tenants = q.Tenants
+	}
+	rows, err := db.Query(ctx, `SELECT id, worker, position, tenant_id, stream_id, stream_type, version, event_id,
+			event_type, attempts, last_error, parked_at, replay_requested
+		FROM `+parkedTable(schema)+`
+		WHERE ($1 = '' OR worker = $1) AND ($2::text[] IS NULL OR tenant_id = ANY ($2))
+			AND ($3::bigint[] IS NULL OR id = ANY ($3)) AND id > $4
+		ORDER BY id LIMIT $5`, q.Worker, tenants, q.IDs, q.AfterID, q.Limit)
+	if err != nil {
+		return nil, fmt.Errorf("staging: list parked events: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, scanParkedWork)
+	if err != nil {
+		return nil, fmt.Errorf("staging: list parked events: %w", err)
+	}
+	return out, nil
+}
+
+func scanParkedWork(r pgx.CollectableRow) (ParkedWork, error) {
+	var e ParkedWork
+	err := r.Scan(&e.ID, &e.Worker, &e.Position, &e.Tenant, &e.StreamID, &e.StreamType, &e.Version,
+		&e.EventID, &e.EventType, &e.Attempts, &e.LastError, &e.ParkedAt, &e.ReplayRequested)
+	e.ParkedAt = e.ParkedAt.UTC()
+	return e, err
 }
 
 // DiscardParkedWork deletes a parked event without staging it (an operator's decision). It returns
