@@ -80,13 +80,24 @@ type Stats struct {
 
 // Stats returns the outbox statistics of the scope.
 func (a *Admin) Stats(ctx context.Context) (Stats, error) {
+	return a.stats(ctx, a.o.q.stats)
+}
+
+// Backlog returns the statistics of the scope without Sent (left 0): what a health probe or a dashboard refreshing
+// every few seconds needs, without counting the sent ledger, which may hold millions of entries. It reads the hot
+// outbox table, the dead letters and, for each key a dead letter holds, that key's parked messages.
+func (a *Admin) Backlog(ctx context.Context) (Stats, error) {
+	return a.stats(ctx, a.o.q.backlog)
+}
+
+func (a *Admin) stats(ctx context.Context, query string) (Stats, error) {
 	if err := a.valid(); err != nil {
 		return Stats{}, err
 	}
 	now := a.o.now()
 	var st Stats
 	var oldest *time.Time
-	if err := a.o.pool.QueryRow(ctx, a.o.q.stats, a.tenant, now).Scan(&st.Pending, &st.Scheduled, &st.BackingOff,
+	if err := a.o.pool.QueryRow(ctx, query, a.tenant, now).Scan(&st.Pending, &st.Scheduled, &st.BackingOff,
 		&st.WaitingBehindPending, &st.HeldByDeadLetter, &st.InFlight, &oldest, &st.DeadLettered,
 		&st.Sent); err != nil {
 		return Stats{}, fmt.Errorf("outbox: stats: %w", err)
@@ -478,19 +489,31 @@ func (a *Admin) CleanupSent(ctx context.Context, olderThan time.Duration, batchS
 // LastPublished returns when the latest message of the scope published after the instant after was published, as
 // the sent ledger records it (by the clock of the relay that published it), or the zero time when none was.
 // Discarded dead letters do not count. A progress probe passes its previous answer, so only the newest ledger
-// entries are read (the ledger's sent_at index is a BRIN); the zero time reads the whole ledger once.
+// entries are read (the ledger's sent_at index is a BRIN). The zero time looks back in widening windows (a minute,
+// an hour, a day, a week; then the whole ledger), so a busy ledger is not read whole to find its newest entry.
 func (a *Admin) LastPublished(ctx context.Context, after time.Time) (time.Time, error) {
 	if err := a.valid(); err != nil {
 		return time.Time{}, err
 	}
-	var last *time.Time
-	if err := a.o.pool.QueryRow(ctx, a.o.q.lastPublished, after, a.tenant).Scan(&last); err != nil {
-		return time.Time{}, fmt.Errorf("outbox: last published: %w", err)
+	windows := []time.Duration{0}
+	if after.IsZero() {
+		windows = []time.Duration{time.Minute, time.Hour, 24 * time.Hour, 7 * 24 * time.Hour, 0}
 	}
-	if last == nil {
-		return time.Time{}, nil
+	now := a.o.now()
+	for _, w := range windows {
+		from := after
+		if w > 0 {
+			from = now.Add(-w)
+		}
+		var last *time.Time
+		if err := a.o.pool.QueryRow(ctx, a.o.q.lastPublished, from, a.tenant).Scan(&last); err != nil {
+			return time.Time{}, fmt.Errorf("outbox: last published: %w", err)
+		}
+		if last != nil {
+			return last.UTC(), nil
+		}
 	}
-	return last.UTC(), nil
+	return time.Time{}, nil
 }
 
 // Watermark is how far a component that re-stages messages from the event log has progressed.

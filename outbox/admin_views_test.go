@@ -485,3 +485,45 @@ func TestActivityDeliveriesAndStagedFrom(t *testing.T) {
 	require.NoError(t, err)
 	require.Empty(t, none)
 }
+
+// Backlog is Stats without the count of the sent ledger; LastPublished from the zero time finds the newest
+// publication however old it is, looking back in widening windows.
+func TestBacklogAndLastPublished(t *testing.T) {
+	t.Parallel()
+	pool, schema := pgtest.Migrated(t)
+	clock := newTestClock()
+	e := setupOn(t, pool, schema, &outbox.Config{Clock: clock.Now})
+	ctx := context.Background()
+	all := e.ob.AllTenants()
+	last, err := all.LastPublished(ctx, time.Time{})
+	require.NoError(t, err)
+	require.True(t, last.IsZero(), "nothing published yet")
+
+	_, err = e.ob.Stage(ctx, msgs("old", 3, nil)...)
+	require.NoError(t, err)
+	_, err = e.relay(nil).Drain(ctx, newBroker())
+	require.NoError(t, err)
+	published := clock.Now()
+	clock.Add(10 * 24 * time.Hour) // older than every window but the last
+	last, err = all.LastPublished(ctx, time.Time{})
+	require.NoError(t, err)
+	require.Equal(t, published, last)
+
+	_, err = e.ob.Stage(ctx, msgs("new", 2, func(int) string { return "k" })...)
+	require.NoError(t, err)
+	st, err := all.Stats(ctx)
+	require.NoError(t, err)
+	bl, err := all.Backlog(ctx)
+	require.NoError(t, err)
+	require.EqualValues(t, 3, st.Sent)
+	st.Sent = 0
+	require.Equal(t, st, bl)
+	require.EqualValues(t, 2, bl.Pending)
+	require.EqualValues(t, 1, bl.WaitingBehindPending)
+	clock.Add(30 * time.Second)
+	_, err = e.relay(nil).Drain(ctx, newBroker())
+	require.NoError(t, err)
+	last, err = all.LastPublished(ctx, time.Time{})
+	require.NoError(t, err)
+	require.Equal(t, clock.Now(), last, "found in the last minute's window")
+}

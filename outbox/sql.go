@@ -34,7 +34,7 @@ type queries struct {
 	staging                                               stagingStatements // messages whose positions are given
 	stageRecheckOne, stageRecheckMany                     string
 	nextDue, lockKeys, lockKeysWait, promote, sweep       string
-	stats, gauges                                         string
+	stats, backlog, gauges                                string
 	redrive, discard, getDead, countDead                  string
 	redriveWhere, discardWhere, heldKeys                  string
 	listDead                                              [2]string // oldest first, newest first
@@ -80,7 +80,7 @@ func newQueries(schema string) (queries, error) {
 		&q.stagePrelude: "stage_prelude", &q.stageSave: "stage_save", &q.stageRestore: "stage_restore",
 		&q.lockKeyGeneric: "lock_key_generic", &q.stageRecheckOne: "stage_recheck_one",
 		&q.stageRecheckMany: "stage_recheck_many", &q.nextDue: "next_due", &q.lockKeys: "lock_keys",
-		&q.lockKeysWait: "lock_keys_wait", &q.promote: "promote", &q.sweep: "sweep", &q.stats: "stats",
+		&q.lockKeysWait: "lock_keys_wait", &q.promote: "promote", &q.sweep: "sweep",
 		&q.gauges: "gauges", &q.redrive: "redrive", &q.discard: "discard", &q.getDead: "get_dead",
 		&q.countDead: "count_dead", &q.redriveWhere: "redrive_where", &q.discardWhere: "discard_where",
 		&q.heldKeys: "held_keys", &q.listScheduled: "list_scheduled", &q.keyMessages: "key_messages",
@@ -101,6 +101,12 @@ func newQueries(schema string) (queries, error) {
 		&m.sent: "expire_sent", &m.inbox: "expire_inbox", &m.inboxAttempts: "expire_inbox_attempts",
 	} {
 		each(field, name)
+	}
+	if err == nil {
+		q.stats, err = statements.Expand("stats", map[string]string{"sent count": "{sent_count}"}, q.idents)
+	}
+	if err == nil {
+		q.backlog, err = statements.Expand("stats", map[string]string{"sent count": "0::bigint"}, q.idents)
 	}
 	for i, dir := range []map[string]string{{"after": ">", "order": "ASC"}, {"after": "<", "order": "DESC"}} {
 		if err == nil {

@@ -299,24 +299,37 @@ UPDATE {outbox} SET next_attempt_at = $1
 WHERE next_attempt_at = 'infinity' AND id = ANY (ARRAY(SELECT id FROM heads))
 RETURNING partition_key
 
--- Stats: the parked messages (next_attempt_at 'infinity') split by what they wait for: a dead letter holding
--- their key (one with an earlier sequence number), else an earlier pending message of their key. Only
--- parked rows probe the dead letters, through the key index.
+-- Stats: the parked messages (next_attempt_at 'infinity') split by what they wait for: a dead letter holding their
+-- key (one with an earlier sequence number), else an earlier pending message of their key. The hot table is scanned
+-- once for the counts; the held ones are counted from the other side, per (tenant, key) a dead letter holds: its
+-- parked messages after the first holding sequence number, through the key index. Dead letters holding their key
+-- are few, so this costs a probe each, where probing the dead letters for each parked row cost one per row.
 -- name: stats
+WITH held AS (
+    SELECT coalesce(sum((SELECT count(*) FROM {outbox} p
+                         WHERE p.tenant_id = k.tenant_id AND p.partition_key = k.partition_key AND p.seq > k.seq
+                           AND p.next_attempt_at = 'infinity')), 0) AS n
+    FROM (SELECT d.tenant_id, d.partition_key, min(d.seq) AS seq FROM {dead} d
+          WHERE d.holds_key AND d.seq IS NOT NULL AND ($1::text IS NULL OR d.tenant_id = $1)
+          GROUP BY d.tenant_id, d.partition_key) k
+)
 SELECT
     count(*) FILTER (WHERE o.scheduled_at IS NULL OR o.scheduled_at <= $2),
     count(*) FILTER (WHERE o.scheduled_at > $2 AND o.next_attempt_at < 'infinity'),
     count(*) FILTER (WHERE o.attempts > 0 AND o.next_attempt_at > $2 AND o.next_attempt_at < 'infinity'),
-    count(*) FILTER (WHERE o.next_attempt_at = 'infinity' AND coalesce(h.seq >= o.seq, true)),
-    count(*) FILTER (WHERE o.next_attempt_at = 'infinity' AND h.seq < o.seq),
+    count(*) FILTER (WHERE o.next_attempt_at = 'infinity') - (SELECT n FROM held),
+    (SELECT n FROM held),
     count(*) FILTER (WHERE o.lease_owner IS NOT NULL AND o.lease_expires_at > $2),
     min(coalesce(o.scheduled_at, o.created_at)) FILTER (WHERE o.scheduled_at IS NULL OR o.scheduled_at <= $2),
     (SELECT count(*) FROM {dead} WHERE $1::text IS NULL OR tenant_id = $1),
-    (SELECT count(*) FROM {sent} WHERE $1::text IS NULL OR tenant_id = $1)
+    {sent count}
 FROM {outbox} o
-LEFT JOIN LATERAL (
-    SELECT {key_hold tenant=o.tenant_id key=o.partition_key} AS seq WHERE o.next_attempt_at = 'infinity') h ON true
 WHERE $1::text IS NULL OR o.tenant_id = $1
+
+-- The entries of the sent ledger ({sent count} of stats; Admin.Backlog leaves it out): the one figure of stats
+-- that reads a whole table that may hold millions of rows.
+-- fragment: sent_count
+(SELECT count(*) FROM {sent} WHERE $1::text IS NULL OR tenant_id = $1)
 
 -- The relay's gauges (relayTelemetry.gauges): ready messages ($1 now) and the oldest one's time, the parked ones
 -- split as in stats. A scan of the hot outbox table, which holds only messages still to publish; only parked rows
