@@ -32,8 +32,9 @@ const maxSelection = 1000
 
 // plan is an action, ready to be confirmed or run.
 type plan struct {
-	// Action is the action's name ("outbox.redrive", ...); Verb and Noun say it in words.
-	Action, Verb, Noun string
+	// Action is the action's name ("outbox.redrive", ...); Verb and Noun say it in words (one is the Noun of a
+	// single item).
+	Action, Verb, Noun, one string
 	// Target is what it acts on, in words, for the confirmation and the audit record.
 	Target string
 	// Count is how many items it would touch now (confirmation only); Bound the time dead-letter actions are
@@ -97,6 +98,9 @@ func (c *Console) confirm(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	p.Count = n
+	if n == 1 {
+		p.Noun = p.one
+	}
 	p.Hidden = append(p.Hidden, hiddenField{"bound", p.Bound.Format(time.RFC3339Nano)},
 		hiddenField{"expected", strconv.FormatInt(n, 10)}, hiddenField{"back", p.Back})
 	c.render(w, r, http.StatusOK, "confirm", "Confirm", confirmPage{P: p, Count: number(n), Nothing: n == 0})
@@ -197,7 +201,7 @@ func (c *Console) deadPlan(form url.Values, source, verb, mode string, bound tim
 		Back: c.back(form.Get("back"), c.link("/dead", "source", source)), details: map[string]any{"mode": mode}}
 	p.Hidden = []hiddenField{{"action", p.Action}, {"mode", mode}}
 	p.Hidden = append(p.Hidden, hiddenFields(f.values())...)
-	p.Noun = source + " dead letters"
+	p.Noun, p.one = source+" dead letters", source+" dead letter"
 	switch {
 	case source == "outbox" && verb == "redrive":
 		p.Note = "Each goes back into the outbox, due now, with a fresh attempt count; the messages its key held " +
@@ -409,7 +413,7 @@ func (c *Console) rebuildPlan(form url.Values) (*plan, error) {
 	if name == "" {
 		return nil, badRequest("name is required")
 	}
-	p := &plan{Action: "projection.rebuild", Verb: "Rebuild", Noun: "projection", Target: name,
+	p := &plan{Action: "projection.rebuild", Verb: "Rebuild", Noun: "projection", one: "projection", Target: name,
 		Back:   c.back(form.Get("back"), c.link("/projection", "name", name)),
 		Hidden: []hiddenField{{"action", "projection.rebuild"}, {"name", name}},
 		Note: "The process running the projection resets its read model and clears its parked events, then " +
@@ -474,6 +478,7 @@ func (c *Console) parkedPlan(form url.Values, kind, verb string) (*plan, error) 
 	}
 	p := &plan{Action: kind + "." + verb, Verb: strings.ToUpper(verb[:1]) + verb[1:],
 		Noun:   "parked events of " + owner + " " + strconv.Quote(name),
+		one:    "parked event of " + owner + " " + strconv.Quote(name),
 		Target: fmt.Sprintf("%s %q, parked events %s", owner, name, joinIDs(ids)),
 		Back:   c.back(form.Get("back"), c.link("/projections")),
 		Hidden: []hiddenField{{"action", kind + "." + verb}, {"name", name}}, details: map[string]any{}}

@@ -41,8 +41,9 @@ type Config struct {
 	// and Schema (and closes with Close).
 	Store *eventstore.PostgresStore
 	// Health is the checker whose verdicts the overview shows; give the one your service already runs (with its
-	// relays' hooks) to see the relays' failure rates. Default: a checker the console builds over the outbox, the
-	// projections and the staging workers of the schema (the outbox alone when scoped to a tenant).
+	// relays' hooks) to see the relays' failure rates. Not with Tenant. Default: a checker the console builds over
+	// the outbox, the projections and the staging workers of the schema (the tenant's outbox alone when scoped to
+	// a tenant).
 	Health *health.Checker
 
 	// Tenant scopes the console to one tenant ("" is stagehand.NoTenant, checked with stagehand.ValidateTenant):
@@ -134,6 +135,10 @@ func (c *Config) withDefaults() (Config, error) {
 			return bad("Tenant", "Tenant is not accepted: %v.", err)
 		}
 		s.Tenant = &t
+	}
+	if s.Tenant != nil && s.Health != nil {
+		return bad("Health", "Health cannot be given to a console scoped to a tenant: a checker reports on what "+
+			"its own configuration watches, which a tenant's console must not show.")
 	}
 	if s.Actions && s.Authorize == nil {
 		return bad("Authorize", "Authorize is required when Actions is set: every action needs an authenticated "+

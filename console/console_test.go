@@ -15,6 +15,7 @@ import (
 
 	"github.com/stagehand-es/stagehand"
 	"github.com/stagehand-es/stagehand/console"
+	"github.com/stagehand-es/stagehand/health"
 	"github.com/stagehand-es/stagehand/internal/pgtest"
 	"github.com/stagehand-es/stagehand/outbox"
 )
@@ -27,6 +28,8 @@ func TestConfigValidation(t *testing.T) {
 	require.NoError(t, err)
 	defer func() { _ = other.Close() }()
 	bad := "a\x00"
+	checker, err := health.New(nil)
+	require.NoError(t, err)
 	for field, cfg := range map[string]*console.Config{
 		"Pool":           nil,
 		"Schema":         {Pool: pool, Schema: strings.Repeat("s", 64)},
@@ -41,6 +44,7 @@ func TestConfigValidation(t *testing.T) {
 		"SampleInterval": {Pool: pool, SampleInterval: time.Millisecond},
 		"History":        {Pool: pool, SampleInterval: time.Minute, History: time.Second},
 		"Challenge":      {Pool: pool, Challenge: "Basic\r\nSet-Cookie: x"},
+		"Health":         {Pool: pool, Tenant: new(string), Health: checker},
 	} {
 		_, err := console.New(cfg)
 		var ce *stagehand.ConfigError

@@ -93,7 +93,7 @@ func (c *Console) outboxPage(w http.ResponseWriter, r *http.Request) error {
 		by = outbox.ByTopic
 	}
 	now := c.cfg.Clock()
-	st, err := c.admin.Stats(ctx)
+	st, err := c.admin.Backlog(ctx)
 	if err != nil {
 		return err
 	}

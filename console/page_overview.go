@@ -44,9 +44,12 @@ func (c *Console) overview(w http.ResponseWriter, r *http.Request) error {
 	ctx := r.Context()
 	c.samples.fresh(ctx)
 	samples, rep, lat, sampleErr := c.samples.snapshot()
-	st, err := c.admin.Stats(ctx)
-	if err != nil {
-		return err
+	st, ok := outboxFigures(rep)
+	if !ok { // a checker without the outbox: read it
+		var err error
+		if st, err = c.admin.Backlog(ctx); err != nil {
+			return err
+		}
 	}
 	in, err := c.admin.InboxStats(ctx)
 	if err != nil {
@@ -102,6 +105,22 @@ func (c *Console) overview(w http.ResponseWriter, r *http.Request) error {
 	}
 	c.render(w, r, http.StatusOK, "overview", "Overview", p)
 	return nil
+}
+
+// outboxFigures are the outbox statistics of the latest health report, read in the same sample, when it has them.
+func outboxFigures(rep *health.Report) (outbox.Stats, bool) {
+	if rep == nil {
+		return outbox.Stats{}, false
+	}
+	for _, comp := range rep.Components {
+		if d := comp.Outbox; d != nil {
+			return outbox.Stats{Pending: d.Pending, OldestPendingAge: time.Duration(d.OldestPendingAge),
+				Scheduled: d.Scheduled, BackingOff: d.BackingOff, Parked: d.Parked,
+				WaitingBehindPending: d.WaitingBehindPending, HeldByDeadLetter: d.HeldByDeadLetter,
+				InFlight: d.InFlight, DeadLettered: d.DeadLettered}, true
+		}
+	}
+	return outbox.Stats{}, false
 }
 
 // figures summarizes a component's details in a line.

@@ -139,6 +139,9 @@ func (s *sampler) sampleLocked(ctx context.Context) {
 		return
 	}
 	fail := func(err error) {
+		if ctx.Err() != nil {
+			return // the request (or Run) ended: not the database's failure
+		}
 		c.cfg.Logger.WarnContext(ctx, "console: sampling failed", "error", err)
 		s.mu.Lock()
 		s.err, s.errAt = err.Error(), now

@@ -139,7 +139,7 @@ func TestConsoleTokenAndActions(t *testing.T) {
 	form := url.Values{"csrf": {token[1]}, "source": {"outbox"}, "do": {"redrive:matching"}}
 	code, _, confirm := fetch(t, http.MethodPost, base+"/confirm", form, auth...)
 	require.Equal(t, http.StatusOK, code, confirm)
-	require.Contains(t, confirm, "Redrive 1 outbox dead letters")
+	require.Contains(t, confirm, "Redrive 1 outbox dead letter?")
 	act := url.Values{}
 	for _, m := range regexp.MustCompile(`<input type="hidden" name="([^"]+)" value="([^"]*)">`).
 		FindAllStringSubmatch(confirm[strings.Index(confirm, `id="confirm-form"`):], -1) {
