@@ -176,7 +176,7 @@ func (c *Console) outboxPage(w http.ResponseWriter, r *http.Request) error {
 	}
 
 	if c.estate() {
-		if p.Relays, err = c.relays(r, now); err != nil {
+		if p.Relays, err = c.relays(r, now, st.InFlight > 0); err != nil {
 			return err
 		}
 	}
@@ -208,15 +208,18 @@ func (c *Console) pendingView(m outbox.PendingMessage, in time.Duration) pending
 	return v
 }
 
-// relays groups the leases of leader-elected relays and the rows in flight by relay (lease owner).
-func (c *Console) relays(r *http.Request, now time.Time) ([]relayView, error) {
+// relays groups the leases of leader-elected relays and the rows in flight (read only when some are) by relay
+// (lease owner).
+func (c *Console) relays(r *http.Request, now time.Time, inFlight bool) ([]relayView, error) {
 	leases, err := c.outbox.RelayLeases(r.Context())
 	if err != nil {
 		return nil, err
 	}
-	claims, err := c.admin.InFlight(r.Context())
-	if err != nil {
-		return nil, err
+	var claims []outbox.RelayClaims
+	if inFlight {
+		if claims, err = c.admin.InFlight(r.Context()); err != nil {
+			return nil, err
+		}
 	}
 	var out []relayView
 	index := map[string]int{}

@@ -43,7 +43,8 @@ type componentView struct {
 func (c *Console) overview(w http.ResponseWriter, r *http.Request) error {
 	ctx := r.Context()
 	c.samples.fresh(ctx)
-	samples, rep, lat, sampleErr := c.samples.snapshot()
+	snap := c.samples.snapshot()
+	samples, rep, lat, sampleErr := snap.samples, snap.report, snap.latencies, snap.err
 	st, ok := outboxFigures(rep)
 	if !ok { // a checker without the outbox: read it
 		var err error
@@ -51,9 +52,14 @@ func (c *Console) overview(w http.ResponseWriter, r *http.Request) error {
 			return err
 		}
 	}
-	in, err := c.admin.InboxStats(ctx)
-	if err != nil {
-		return err
+	var in outbox.InboxStats
+	if snap.inbox != nil {
+		in = *snap.inbox
+	} else { // no sample yet (it failed): read it
+		var err error
+		if in, err = c.admin.InboxStats(ctx); err != nil {
+			return err
+		}
 	}
 	now := c.cfg.Clock()
 	p := overviewPage{Health: rep, Stats: st, Inbox: in, Latency: lat, SampleError: clip(sampleErr, 2048),

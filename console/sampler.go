@@ -63,6 +63,7 @@ type sampler struct {
 	lastTo    time.Time
 	lastHead  int64
 	report    *health.Report
+	inbox     *outbox.InboxStats
 	latencies []latencyRow
 	err       string // the last sampling error, "" after a success
 	errAt     time.Time
@@ -199,6 +200,11 @@ func (s *sampler) sampleLocked(ctx context.Context) {
 		fail(err)
 		return
 	}
+	in, err := c.admin.InboxStats(ctx)
+	if err != nil {
+		fail(err)
+		return
+	}
 	rep := c.checker.Check(ctx)
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -206,7 +212,7 @@ func (s *sampler) sampleLocked(ctx context.Context) {
 	s.next = (s.next + 1) % len(s.ring)
 	s.count = min(s.count+1, len(s.ring))
 	s.lastTo, s.lastHead = to, head
-	s.report, s.latencies, s.err, s.errAt = &rep, lat, "", time.Time{}
+	s.report, s.inbox, s.latencies, s.err, s.errAt = &rep, &in, lat, "", time.Time{}
 }
 
 // measureLatency reads the deliveries of the last latencyWindow and returns each step's percentiles.
@@ -276,14 +282,24 @@ func stagedAt(p outbox.Passage) (time.Time, bool)    { return p.StagedAt, !p.Sta
 func publishedAt(p outbox.Passage) (time.Time, bool) { return p.PublishedAt, !p.PublishedAt.IsZero() }
 func handledAt(p outbox.Passage) (time.Time, bool)   { return p.HandledAt, !p.HandledAt.IsZero() }
 
-// snapshot returns the samples, oldest first, the latest health report and latencies, and the last sampling
-// error.
-func (s *sampler) snapshot() (samples []sample, rep *health.Report, lat []latencyRow, errText string) {
+// snapshot is what the latest samples hold.
+type snapshot struct {
+	// samples are the chart points, oldest first.
+	samples []sample
+	// report, inbox and latencies are the latest sample's (nil before the first).
+	report    *health.Report
+	inbox     *outbox.InboxStats
+	latencies []latencyRow
+	// err is the last sampling error ("" when the last sample succeeded).
+	err string
+}
+
+func (s *sampler) snapshot() snapshot {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	out := make([]sample, 0, s.count)
 	for i := range s.count {
 		out = append(out, s.ring[(s.next-s.count+i+len(s.ring))%len(s.ring)])
 	}
-	return out, s.report, slices.Clone(s.latencies), s.err
+	return snapshot{samples: out, report: s.report, inbox: s.inbox, latencies: slices.Clone(s.latencies), err: s.err}
 }
