@@ -263,7 +263,6 @@ type keyPage struct {
 	Tenant, Key clipped
 	Messages    []pendingView
 	Next        string
-	Held        []heldView
 }
 
 // keyPage lists a partition key's pending messages in order: its head first, what waits behind it and why.
