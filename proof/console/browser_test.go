@@ -281,8 +281,18 @@ func TestRebuildWatchedToTheEnd(t *testing.T) {
 	do(t, ctx, chromedp.Click(chromedp.ID("confirm")),
 		chromedp.WaitVisible(chromedp.ID("done-back")), chromedp.Click(chromedp.ID("done-back")),
 		chromedp.WaitVisible(chromedp.ID("rebuild-status")))
-	if *updateScreenshots {
-		waitText(t, ctx, "#rebuild-status", "Replaying the log", false)
+	if *updateScreenshots { // mid-way, refreshed by the page itself
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			pct, err := chromedp.Run(ctx, chromedp.Evaluate[int](
+				`parseInt((document.querySelector("#rebuild-percent") || {}).textContent || "0", 10)`))
+			require.NoError(t, err)
+			if pct >= 30 && pct < 90 {
+				break
+			}
+			require.True(t, time.Now().Before(deadline), "the rebuild was never seen mid-way")
+			time.Sleep(50 * time.Millisecond)
+		}
 		screenshot(t, ctx, "projection-rebuild")
 	}
 	// No reload from here on: the page refreshes its live part by itself.

@@ -94,7 +94,7 @@ func (b *boardHandler) Handle(ctx context.Context, tx pgx.Tx, e projection.Event
 		return errors.New("the board cannot show a hostile order: " + string(e.Payload))
 	}
 	if b.slow.Load() {
-		time.Sleep(15 * time.Millisecond)
+		time.Sleep(60 * time.Millisecond)
 	}
 	_, err := tx.Exec(ctx, `INSERT INTO `+b.table+` (position, stream_id) VALUES ($1, $2)`, e.Position, e.StreamID)
 	return err
@@ -185,7 +185,7 @@ func openShop(t *testing.T) *shop {
 	relay.AddToRouter(router, s.gateway, nil)
 	router.AddConsumerHandler("billing", topic, s.gateway, in.Handler("billing", handlers.Func()))
 	board, err := projection.New(pool, s.store, s.board, &projection.Config{Name: "order-board", Schema: schema,
-		OnFailure: projection.Park, MaxAttempts: 1, PollInterval: 50 * time.Millisecond})
+		OnFailure: projection.Park, MaxAttempts: 1, PollInterval: 50 * time.Millisecond, BatchSize: 4, PagesPerTx: 1})
 	require.NoError(t, err)
 
 	runCtx, cancel := context.WithCancel(ctx)
