@@ -9,6 +9,7 @@ import (
 
 	"github.com/stagehand-es/stagehand"
 	"github.com/stagehand-es/stagehand/aggregate"
+	"github.com/stagehand-es/stagehand/console"
 	"github.com/stagehand-es/stagehand/eventstore"
 	"github.com/stagehand-es/stagehand/health"
 	"github.com/stagehand-es/stagehand/internal/pgtest"
@@ -65,6 +66,10 @@ func TestOneConfigErrorTypeEverywhere(t *testing.T) {
 	check(err, "projection", "ConsumerGroup", projection.ErrInvalidConfig)
 	_, err = health.New(&health.Config{DegradedInactivity: -1})
 	check(err, "health", "DegradedInactivity", health.ErrInvalidConfig)
+	_, err = console.New(&console.Config{Pool: pool, PageSize: -1})
+	check(err, "console", "PageSize", console.ErrInvalidConfig)
+	_, err = console.New(nil)
+	check(err, "console", "Pool", console.ErrInvalidConfig)
 	_, err = staging.New(mem, &staging.Config{Strategy: 99, Mapping: m})
 	check(err, "staging", "Strategy", staging.ErrInvalidConfig)
 	_, err = staging.New(mem, nil)

@@ -152,7 +152,7 @@ func (s *PostgresStore) committedResult(ctx context.Context, req AppendRequest, 
 		ids).Scan(&first); err != nil {
 		return AppendResult{}, err
 	}
-	recs, err := s.readStream(ctx, s.pool, req.Tenant, req.StreamID, first)
+	recs, err := s.readStream(ctx, s.pool, req.Tenant, req.StreamID, first, 0)
 	if err != nil {
 		return AppendResult{}, err
 	}

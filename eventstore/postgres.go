@@ -562,7 +562,7 @@ func finishRecord(r *Record, meta []byte) error {
 
 // ReadStream implements Store.
 func (s *PostgresStore) ReadStream(ctx context.Context, tenant, streamID string, fromVersion int64) ([]Record, error) {
-	return s.readStream(ctx, s.pool, tenant, streamID, fromVersion)
+	return s.readStream(ctx, s.pool, tenant, streamID, fromVersion, 0)
 }
 
 // Stream implements Store.
@@ -576,7 +576,7 @@ func (s *PostgresStore) Stream(ctx context.Context, tenant, streamID string) (St
 			WHERE tenant_id = $1 AND stream_id = $2 ORDER BY version LIMIT 1) f`, tenant, streamID).
 		Scan(&info.StreamType, &info.Version, &info.CreatedAt, &info.UpdatedAt)
 	if errors.Is(err, pgx.ErrNoRows) {
-		if _, err := s.readStream(ctx, s.pool, tenant, streamID, 1); err != nil {
+		if _, err := s.readStream(ctx, s.pool, tenant, streamID, 1, 1); err != nil {
 			return info, err // not found, or archived
 		}
 		return info, fmt.Errorf("%w: %q (tenant %q)", ErrStreamNotFound, streamID, tenant)

@@ -4,15 +4,21 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 )
 
-// readStream reads a stream's events from fromVersion on through db (the pool, or a caller's transaction).
-func (s *PostgresStore) readStream(ctx context.Context, db dbtx, tenant, streamID string, fromVersion int64) (
-	[]Record, error) {
+// readStream reads a stream's events from fromVersion on through db (the pool, or a caller's transaction): all of
+// them, or the first limit when limit > 0.
+func (s *PostgresStore) readStream(ctx context.Context, db dbtx, tenant, streamID string, fromVersion int64,
+	limit int) ([]Record, error) {
 	tenant = tenantOrDefault(tenant)
-	rows, err := db.Query(ctx, s.readStreamSQL(ctx), tenant, streamID, fromVersion)
+	var lim *int // NULL: no limit
+	if limit > 0 {
+		lim = &limit
+	}
+	rows, err := db.Query(ctx, s.readStreamSQL(ctx)+` LIMIT $4`, tenant, streamID, fromVersion, lim)
 	if err != nil {
 		return nil, fmt.Errorf("eventstore: read stream %q: %w", streamID, err)
 	}
@@ -105,7 +111,64 @@ func (s *PostgresStore) ReadStreamTx(ctx context.Context, tx pgx.Tx, tenant, str
 	if tx == nil {
 		return nil, fmt.Errorf("eventstore: read stream %q: nil transaction", streamID)
 	}
-	return s.readStream(ctx, tx, tenant, streamID, fromVersion)
+	return s.readStream(ctx, tx, tenant, streamID, fromVersion, 0)
+}
+
+// ReadStreamPage is ReadStream bounded: at most limit events (100 when limit is not positive) from fromVersion on,
+// in version order, so a stream of any length is read a page at a time. A stream that does not exist returns
+// ErrStreamNotFound; one that ends before fromVersion returns no events.
+func (s *PostgresStore) ReadStreamPage(ctx context.Context, tenant, streamID string, fromVersion int64,
+	limit int) ([]Record, error) {
+	if limit <= 0 {
+		limit = 100
+	}
+	return s.readStream(ctx, s.pool, tenant, streamID, fromVersion, limit)
+}
+
+// RecordedAt returns when the events at the given log positions were recorded (their appending transaction's
+// start, by the database's clock), by position; a position that holds no event is absent. Each position is one
+// probe of the log's primary key.
+func (s *PostgresStore) RecordedAt(ctx context.Context, positions []int64) (map[int64]time.Time, error) {
+	out := make(map[int64]time.Time, len(positions))
+	if len(positions) == 0 {
+		return out, nil
+	}
+	rows, err := s.pool.Query(ctx, `SELECT position, recorded_at FROM `+s.t.events+` WHERE position = ANY ($1)`,
+		positions)
+	if err != nil {
+		return nil, fmt.Errorf("eventstore: recorded-at of %d positions: %w", len(positions), err)
+	}
+	var (
+		p  int64
+		at time.Time
+	)
+	_, err = pgx.ForEachRow(rows, []any{&p, &at}, func() error {
+		out[p] = at.UTC()
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("eventstore: recorded-at of %d positions: %w", len(positions), err)
+	}
+	return out, nil
+}
+
+// CountLog counts the events of the log after q.After and at or before through that match q's filters (q.Limit
+// does not matter), walking the log's primary key over that range. Unlike ReadLog it does not wait for in-flight
+// appends: near the head, an event that commits later with a lower position is not counted. It is meant for rates
+// and progress figures, never for following the log.
+func (s *PostgresStore) CountLog(ctx context.Context, q LogQuery, through int64) (int64, error) {
+	if err := checkQuery(q); err != nil {
+		return 0, err
+	}
+	var n int64
+	err := s.pool.QueryRow(ctx, `SELECT count(*) FROM `+s.t.events+` WHERE position > $1 AND position <= $2
+		AND ($3::text[] IS NULL OR event_type = ANY($3)) AND ($4::text[] IS NULL OR stream_type = ANY($4))
+		AND ($5::text[] IS NULL OR tenant_id = ANY($5))`, q.After, through, nilIfEmpty(q.EventTypes),
+		nilIfEmpty(q.StreamTypes), nilIfEmpty(q.Tenants)).Scan(&n)
+	if err != nil {
+		return 0, fmt.Errorf("eventstore: count the log from %d to %d: %w", q.After, through, err)
+	}
+	return n, nil
 }
 
 // saveSnapshotSQL stores a snapshot unless a newer one is stored. created_at is the writing transaction's start

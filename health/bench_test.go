@@ -10,8 +10,9 @@ import (
 )
 
 // BenchmarkCheckOutbox measures one Check of an outbox whose sent ledger holds 200,000 entries, 1,000 messages
-// pending: after the first check, the progress probe reads only the ledger's newest entries (BRIN on sent_at), so
-// most of the cost is outbox.Admin.Stats (which counts the ledger).
+// pending: the check reads outbox.Admin.Backlog (the statistics without the count of the ledger) and the progress
+// probe only the ledger's newest entries (BRIN on sent_at), so its cost does not grow with the ledger; Stats, which
+// counts the ledger, is measured beside it.
 //
 //	go test -run '^$' -bench CheckOutbox -benchtime 50x ./health/
 func BenchmarkCheckOutbox(b *testing.B) {
@@ -29,7 +30,7 @@ func BenchmarkCheckOutbox(b *testing.B) {
 		b.Fatal(err)
 	}
 	ctx := context.Background()
-	first := c.Check(ctx) // reads the whole ledger once
+	first := c.Check(ctx)
 	if first.Status != health.Healthy {
 		b.Fatalf("%v", first.Reasons)
 	}
@@ -38,7 +39,14 @@ func BenchmarkCheckOutbox(b *testing.B) {
 			c.Check(ctx)
 		}
 	})
-	// The two queries a Check makes of the outbox, apart.
+	// The two queries a Check makes of the outbox, apart, and Stats.
+	b.Run("Backlog", func(b *testing.B) {
+		for range b.N {
+			if _, err := e.ob.AllTenants().Backlog(ctx); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 	b.Run("Stats", func(b *testing.B) {
 		for range b.N {
 			if _, err := e.ob.AllTenants().Stats(ctx); err != nil {

@@ -309,7 +309,7 @@ func (c *Checker) inactive(v *verdict, d time.Duration, format string, args ...a
 
 func (c *Checker) checkOutbox(ctx context.Context, now time.Time) Component {
 	v := verdict{name: "outbox"}
-	st, err := c.cfg.Outbox.Stats(ctx)
+	st, err := c.cfg.Outbox.Backlog(ctx)
 	if err != nil {
 		v.add(Unhealthy, "cannot read the outbox: %v", err)
 		return Component{Name: v.name, Status: v.status, Reasons: v.reasons}

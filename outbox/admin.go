@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/stagehand-es/stagehand"
 	"github.com/stagehand-es/stagehand/internal/jsonmeta"
@@ -79,13 +80,24 @@ type Stats struct {
 
 // Stats returns the outbox statistics of the scope.
 func (a *Admin) Stats(ctx context.Context) (Stats, error) {
+	return a.stats(ctx, a.o.q.stats)
+}
+
+// Backlog returns the statistics of the scope without Sent (left 0): what a health probe or a dashboard refreshing
+// every few seconds needs, without counting the sent ledger, which may hold millions of entries. It reads the hot
+// outbox table, the dead letters and, for each key a dead letter holds, that key's parked messages.
+func (a *Admin) Backlog(ctx context.Context) (Stats, error) {
+	return a.stats(ctx, a.o.q.backlog)
+}
+
+func (a *Admin) stats(ctx context.Context, query string) (Stats, error) {
 	if err := a.valid(); err != nil {
 		return Stats{}, err
 	}
 	now := a.o.now()
 	var st Stats
 	var oldest *time.Time
-	if err := a.o.pool.QueryRow(ctx, a.o.q.stats, a.tenant, now).Scan(&st.Pending, &st.Scheduled, &st.BackingOff,
+	if err := a.o.pool.QueryRow(ctx, query, a.tenant, now).Scan(&st.Pending, &st.Scheduled, &st.BackingOff,
 		&st.WaitingBehindPending, &st.HeldByDeadLetter, &st.InFlight, &oldest, &st.DeadLettered,
 		&st.Sent); err != nil {
 		return Stats{}, fmt.Errorf("outbox: stats: %w", err)
@@ -110,9 +122,13 @@ type DeadLetter struct {
 	HoldsKey bool
 	// CreatedAt is when the message was staged; DeadAt when it was dead-lettered.
 	CreatedAt, DeadAt time.Time
+	// PayloadSize is the stored payload's size in bytes: len(Payload), unless ListOptions.PayloadLimit cut it.
+	PayloadSize int
 }
 
-// ListOptions pages through dead letters, oldest first.
+// ListOptions selects and pages through dead letters, oldest first unless NewestFirst. Its filters also select
+// what CountDeadLetters counts and RedriveMatching and DiscardMatching move; every filter left at its zero value
+// selects everything.
 type ListOptions struct {
 	// Limit caps the page. Default 100.
 	Limit int
@@ -121,11 +137,76 @@ type ListOptions struct {
 	// ID keeps only the dead letters with this message ID (one per topic it was staged for, and estate-wide per
 	// tenant that staged it). Default: all.
 	ID string
+	// IDs keeps only the dead letters with one of these message IDs. Default nil: all; an empty slice that is not
+	// nil selects none.
+	IDs []string
+	// Type keeps only the dead letters of one message type. Default: all.
+	Type string
+	// ErrorContains keeps only the dead letters whose last error contains this text, ignoring case (a plain
+	// substring: no pattern characters). Default: all.
+	ErrorContains string
+	// DeadAfter keeps only the dead letters dead-lettered after this instant, and DeadBefore those dead-lettered at
+	// or before it. Default zero: no bound.
+	DeadAfter, DeadBefore time.Time
+	// NewestFirst pages from the newest dead letter back. Default false: oldest first.
+	NewestFirst bool
+	// PayloadLimit, when positive, returns at most this many bytes of each payload (DeadLetter.PayloadSize tells
+	// the whole size), so a listing never loads megabytes of payloads. Default 0: whole payloads.
+	PayloadLimit int
 	// After continues after the last item of the previous page (zero: from the start).
 	After *DeadLetter
 }
 
-// DeadLetters lists the dead letters of the scope, oldest first.
+// filter returns the arguments of the dead_where fragment ($1 to $8) for the scope and the options.
+func (a *Admin) filter(opts ListOptions) []any {
+	return []any{a.tenant, nonEmpty(opts.Topic), nonEmpty(opts.ID), opts.IDs, nonEmpty(opts.Type),
+		containsPattern(opts.ErrorContains), nonZero(opts.DeadAfter), nonZero(opts.DeadBefore)}
+}
+
+// nonEmpty is nil for "" (a filter argument that does not filter).
+func nonEmpty(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
+}
+
+// nonZero is nil for the zero time (a bound that does not bound).
+func nonZero(t time.Time) *time.Time {
+	if t.IsZero() {
+		return nil
+	}
+	return &t
+}
+
+// containsPattern is the ILIKE pattern matching text anywhere, its pattern characters escaped; nil for "".
+func containsPattern(text string) *string {
+	if text == "" {
+		return nil
+	}
+	p := "%" + strings.NewReplacer(`\`, `\\`, "%", `\%`, "_", `\_`).Replace(text) + "%"
+	return &p
+}
+
+// keysetStart is where a page in (time, ...) order starts when it continues no earlier page: before every row in
+// ascending order, after every row in descending order.
+func keysetStart(newestFirst bool) pgtype.Timestamptz {
+	if newestFirst {
+		return pgtype.Timestamptz{InfinityModifier: pgtype.Infinity, Valid: true}
+	}
+	return pgtype.Timestamptz{InfinityModifier: pgtype.NegativeInfinity, Valid: true}
+}
+
+// direction is the index of a statement variant: 0 oldest first, 1 newest first.
+func direction(newestFirst bool) int {
+	if newestFirst {
+		return 1
+	}
+	return 0
+}
+
+// DeadLetters lists the dead letters of the scope that opts selects, oldest first (newest first with
+// opts.NewestFirst).
 func (a *Admin) DeadLetters(ctx context.Context, opts ListOptions) ([]DeadLetter, error) {
 	if err := a.valid(); err != nil {
 		return nil, err
@@ -133,20 +214,14 @@ func (a *Admin) DeadLetters(ctx context.Context, opts ListOptions) ([]DeadLetter
 	if opts.Limit <= 0 {
 		opts.Limit = 100
 	}
-	var topic, id *string
-	if opts.Topic != "" {
-		topic = &opts.Topic
-	}
-	if opts.ID != "" {
-		id = &opts.ID
-	}
-	afterAt, afterID, afterTopic, afterTenant := time.Time{}, "", "", ""
+	var afterAt any = keysetStart(opts.NewestFirst)
+	afterID, afterTopic, afterTenant := "", "", ""
 	if opts.After != nil {
 		afterAt, afterID, afterTopic, afterTenant = opts.After.DeadAt, opts.After.ID, opts.After.Topic,
 			opts.After.Tenant
 	}
-	rows, err := a.o.pool.Query(ctx, a.o.q.listDead, a.tenant, topic, id, afterAt, afterID, afterTopic, opts.Limit,
-		afterTenant)
+	args := append(a.filter(opts), afterAt, afterID, afterTopic, afterTenant, opts.Limit, max(opts.PayloadLimit, 0))
+	rows, err := a.o.pool.Query(ctx, a.o.q.listDead[direction(opts.NewestFirst)], args...)
 	if err != nil {
 		return nil, fmt.Errorf("outbox: list dead letters: %w", err)
 	}
@@ -155,6 +230,19 @@ func (a *Admin) DeadLetters(ctx context.Context, opts ListOptions) ([]DeadLetter
 		return nil, fmt.Errorf("outbox: list dead letters: %w", err)
 	}
 	return out, nil
+}
+
+// CountDeadLetters counts the dead letters of the scope that opts selects (its Limit, After, order and
+// PayloadLimit do not matter): what RedriveMatching or DiscardMatching with the same options would move now.
+func (a *Admin) CountDeadLetters(ctx context.Context, opts ListOptions) (int64, error) {
+	if err := a.valid(); err != nil {
+		return 0, err
+	}
+	var n int64
+	if err := a.o.pool.QueryRow(ctx, a.o.q.countDead, a.filter(opts)...).Scan(&n); err != nil {
+		return 0, fmt.Errorf("outbox: count dead letters: %w", err)
+	}
+	return n, nil
 }
 
 // DeadLetter returns the dead letter of the scope with message ID id, or an error matching ErrNotFound. When the
@@ -186,7 +274,7 @@ func scanDeadLetter(r pgx.CollectableRow) (DeadLetter, error) {
 	)
 	err := r.Scan(&dl.ID, &dl.Tenant, &dl.Type, &dl.Topic, &dl.Payload, (*jsonmeta.Map)(&dl.Metadata), &dl.CorrelationID,
 		&dl.CausationID, &dl.PartitionKey, &seq, &pos, &scheduled, &dl.Attempts, &dl.LastError, &dl.HoldsKey,
-		&dl.CreatedAt, &dl.DeadAt)
+		&dl.CreatedAt, &dl.DeadAt, &dl.PayloadSize)
 	if seq != nil {
 		dl.Sequence = *seq
 	}
@@ -245,10 +333,13 @@ func (a *Admin) Discard(ctx context.Context, ids ...string) (int, error) {
 	return a.move(ctx, "discard", a.o.q.discard, ids, true)
 }
 
-// move runs moveDead and reports the requested IDs that matched no dead letter of the scope.
+// move runs a redrive or discard by IDs and reports the requested IDs that matched no dead letter of the scope.
 func (a *Admin) move(ctx context.Context, op, query string, ids []string, release bool) (int, error) {
 	ids = slices.Compact(slices.Sorted(slices.Values(ids)))
-	n, moved, err := a.moveDead(ctx, query, ids, release)
+	if len(ids) == 0 {
+		return 0, nil
+	}
+	n, moved, err := a.moveDead(ctx, query, release, func(now time.Time) []any { return []any{ids, a.tenant, now} })
 	if err != nil {
 		return 0, fmt.Errorf("outbox: %s: %w", op, err)
 	}
@@ -267,24 +358,68 @@ func (a *Admin) move(ctx context.Context, op, query string, ids []string, releas
 	return n, nil
 }
 
-// moveDead runs a redrive or discard statement and returns how many dead letters it moved and their message IDs.
-// A discarded dead letter that held its key (its tenant's key: another tenant's messages of the same key never wait
-// for it) releases it: the key's first waiting message is promoted, under the key's lock so a message being
-// parked by a concurrent staging transaction is not missed. A redriven one
-// keeps its place at the head of its key and needs none.
-func (a *Admin) moveDead(ctx context.Context, query string, ids []string, release bool) (int, map[string]struct{},
-	error) {
-	if len(ids) == 0 {
-		return 0, nil, nil
+// matchBatch is how many dead letters one transaction of RedriveMatching or DiscardMatching moves.
+const matchBatch = 500
+
+// RedriveMatching redrives, as Redrive does, every dead letter of the scope that opts selects (see
+// CountDeadLetters; Limit, After and order do not matter) and that was dead-lettered at or before the call: a
+// message that fails again while the redrive runs is not redriven twice. It moves them oldest first, in
+// transactions of a few hundred, and returns how many it moved; after an error, the count is what earlier
+// transactions moved. Dead letters another operation is moving at the same moment are left to it.
+func (a *Admin) RedriveMatching(ctx context.Context, opts ListOptions) (int, error) {
+	if err := a.valid(); err != nil {
+		return 0, err
 	}
+	return a.moveMatching(ctx, "redrive", a.o.q.redriveWhere, opts, false)
+}
+
+// DiscardMatching discards, as Discard does, every dead letter of the scope that opts selects and that was
+// dead-lettered at or before the call, releasing the keys they held; see RedriveMatching.
+func (a *Admin) DiscardMatching(ctx context.Context, opts ListOptions) (int, error) {
+	if err := a.valid(); err != nil {
+		return 0, err
+	}
+	return a.moveMatching(ctx, "discard", a.o.q.discardWhere, opts, true)
+}
+
+func (a *Admin) moveMatching(ctx context.Context, op, query string, opts ListOptions, release bool) (int, error) {
+	if now := a.o.now(); opts.DeadBefore.IsZero() || opts.DeadBefore.After(now) {
+		opts.DeadBefore = now
+	}
+	filter := a.filter(opts)
+	total := 0
+	for {
+		n, _, err := a.moveDead(ctx, query, release, func(now time.Time) []any {
+			return append(slices.Clip(filter), matchBatch, now)
+		})
+		if err != nil {
+			return total, fmt.Errorf("outbox: %s (after %d moved): %w", op, total, err)
+		}
+		total += n
+		if n > 0 {
+			a.o.Notify()
+		}
+		if n < matchBatch {
+			return total, nil
+		}
+	}
+}
+
+// moveDead runs a redrive or discard statement with the arguments args gives for the time now, and returns how
+// many dead letters it moved and their message IDs. A discarded dead letter that held its key (its tenant's key:
+// another tenant's messages of the same key never wait for it) releases it: the key's first waiting message is
+// promoted, under the key's lock so a message being parked by a concurrent staging transaction is not missed. A
+// redriven one keeps its place at the head of its key and needs none.
+func (a *Admin) moveDead(ctx context.Context, query string, release bool, args func(now time.Time) []any) (int,
+	map[string]struct{}, error) {
 	now := a.o.now()
 	var (
 		n     int
 		moved map[string]struct{}
 	)
 	err := pgx.BeginFunc(ctx, a.o.pool, func(tx pgx.Tx) error {
-		n, moved = 0, make(map[string]struct{}, len(ids))
-		rows, err := tx.Query(ctx, query, ids, a.tenant, now)
+		n, moved = 0, map[string]struct{}{}
+		rows, err := tx.Query(ctx, query, args(now)...)
 		if err != nil {
 			return err
 		}
@@ -354,19 +489,31 @@ func (a *Admin) CleanupSent(ctx context.Context, olderThan time.Duration, batchS
 // LastPublished returns when the latest message of the scope published after the instant after was published, as
 // the sent ledger records it (by the clock of the relay that published it), or the zero time when none was.
 // Discarded dead letters do not count. A progress probe passes its previous answer, so only the newest ledger
-// entries are read (the ledger's sent_at index is a BRIN); the zero time reads the whole ledger once.
+// entries are read (the ledger's sent_at index is a BRIN). The zero time looks back in widening windows (a minute,
+// an hour, a day, a week; then the whole ledger), so a busy ledger is not read whole to find its newest entry.
 func (a *Admin) LastPublished(ctx context.Context, after time.Time) (time.Time, error) {
 	if err := a.valid(); err != nil {
 		return time.Time{}, err
 	}
-	var last *time.Time
-	if err := a.o.pool.QueryRow(ctx, a.o.q.lastPublished, after, a.tenant).Scan(&last); err != nil {
-		return time.Time{}, fmt.Errorf("outbox: last published: %w", err)
+	windows := []time.Duration{0}
+	if after.IsZero() {
+		windows = []time.Duration{time.Minute, time.Hour, 24 * time.Hour, 7 * 24 * time.Hour, 0}
 	}
-	if last == nil {
-		return time.Time{}, nil
+	now := a.o.now()
+	for _, w := range windows {
+		from := after
+		if w > 0 {
+			from = now.Add(-w)
+		}
+		var last *time.Time
+		if err := a.o.pool.QueryRow(ctx, a.o.q.lastPublished, from, a.tenant).Scan(&last); err != nil {
+			return time.Time{}, fmt.Errorf("outbox: last published: %w", err)
+		}
+		if last != nil {
+			return last.UTC(), nil
+		}
 	}
-	return last.UTC(), nil
+	return time.Time{}, nil
 }
 
 // InboxStats describes the inbox at one instant.
@@ -440,19 +587,48 @@ type InboxDeadLetter struct {
 	Attempts  int
 	LastError string
 	DeadAt    time.Time
+	// PayloadSize is the stored payload's size in bytes: len(Payload), unless InboxListOptions.PayloadLimit cut it.
+	PayloadSize int
 }
 
-// InboxListOptions pages through inbox dead letters, oldest first.
+// InboxListOptions selects and pages through inbox dead letters, oldest first unless NewestFirst. Its filters also
+// select what CountInboxDeadLetters counts and DiscardInboxDeadLettersMatching deletes; every filter left at its
+// zero value selects everything.
 type InboxListOptions struct {
 	// Limit caps the page. Default 100.
 	Limit int
 	// Handler keeps only one handler's dead letters. Default: all.
 	Handler string
+	// MessageIDs keeps only these message IDs. Default nil: all; an empty slice that is not nil selects none.
+	MessageIDs []string
+	// Topic keeps only the dead letters of messages consumed from this topic. Default: all.
+	Topic string
+	// MessageType keeps only the dead letters of one message type. Default: all.
+	MessageType string
+	// ErrorContains keeps only the dead letters whose last error contains this text, ignoring case (a plain
+	// substring). Default: all.
+	ErrorContains string
+	// DeadAfter keeps only the dead letters dead-lettered after this instant, and DeadBefore those dead-lettered at
+	// or before it. Default zero: no bound.
+	DeadAfter, DeadBefore time.Time
+	// NewestFirst pages from the newest dead letter back. Default false: oldest first.
+	NewestFirst bool
+	// PayloadLimit, when positive, returns at most this many bytes of each payload (InboxDeadLetter.PayloadSize
+	// tells the whole size). Default 0: whole payloads.
+	PayloadLimit int
 	// After continues after the last item of the previous page.
 	After *InboxDeadLetter
 }
 
-// InboxDeadLetters lists the inbox dead letters of the scope, oldest first.
+// inboxFilter returns the arguments of the inbox_dead_where fragment ($1 to $8) for the scope and the options.
+func (a *Admin) inboxFilter(opts InboxListOptions) []any {
+	return []any{a.tenant, nonEmpty(opts.Handler), opts.MessageIDs, nonEmpty(opts.Topic),
+		nonEmpty(opts.MessageType), containsPattern(opts.ErrorContains), nonZero(opts.DeadAfter),
+		nonZero(opts.DeadBefore)}
+}
+
+// InboxDeadLetters lists the inbox dead letters of the scope that opts selects, oldest first (newest first with
+// opts.NewestFirst).
 func (a *Admin) InboxDeadLetters(ctx context.Context, opts InboxListOptions) ([]InboxDeadLetter, error) {
 	if err := a.valid(); err != nil {
 		return nil, err
@@ -460,31 +636,61 @@ func (a *Admin) InboxDeadLetters(ctx context.Context, opts InboxListOptions) ([]
 	if opts.Limit <= 0 {
 		opts.Limit = 100
 	}
-	var handler *string
-	if opts.Handler != "" {
-		handler = &opts.Handler
-	}
-	var afterAt time.Time
+	var afterAt any = keysetStart(opts.NewestFirst)
 	var afterID, afterHandler, afterTenant string
 	if opts.After != nil {
 		afterAt, afterID, afterHandler, afterTenant = opts.After.DeadAt, opts.After.MessageID, opts.After.Handler,
 			opts.After.Tenant
 	}
-	rows, err := a.o.pool.Query(ctx, a.o.q.inboxListDead, a.tenant, handler, afterAt, afterID, afterHandler,
-		opts.Limit, afterTenant)
+	args := append(a.inboxFilter(opts), afterAt, afterID, afterHandler, afterTenant, opts.Limit,
+		max(opts.PayloadLimit, 0))
+	rows, err := a.o.pool.Query(ctx, a.o.q.inboxListDead[direction(opts.NewestFirst)], args...)
 	if err != nil {
 		return nil, fmt.Errorf("outbox: inbox dead letters: %w", err)
 	}
-	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (InboxDeadLetter, error) {
-		var d InboxDeadLetter
-		err := r.Scan(&d.MessageID, &d.Handler, &d.Tenant, &d.MessageType, &d.Topic, &d.Payload, (*jsonmeta.Map)(&d.Metadata),
-			&d.Attempts, &d.LastError, &d.DeadAt)
-		return d, err
-	})
+	out, err := pgx.CollectRows(rows, scanInboxDeadLetter)
 	if err != nil {
 		return nil, fmt.Errorf("outbox: inbox dead letters: %w", err)
 	}
 	return out, nil
+}
+
+// CountInboxDeadLetters counts the inbox dead letters of the scope that opts selects (its Limit, After, order and
+// PayloadLimit do not matter).
+func (a *Admin) CountInboxDeadLetters(ctx context.Context, opts InboxListOptions) (int64, error) {
+	if err := a.valid(); err != nil {
+		return 0, err
+	}
+	var n int64
+	if err := a.o.pool.QueryRow(ctx, a.o.q.inboxCountDead, a.inboxFilter(opts)...).Scan(&n); err != nil {
+		return 0, fmt.Errorf("outbox: count inbox dead letters: %w", err)
+	}
+	return n, nil
+}
+
+// DiscardInboxDeadLettersMatching deletes, as DiscardInboxDeadLetter does, every inbox dead letter of the scope
+// that opts selects and that was dead-lettered at or before the call (Limit, After and order do not matter), in
+// transactions of a few hundred, and returns how many it deleted; after an error, the count is what earlier
+// transactions deleted.
+func (a *Admin) DiscardInboxDeadLettersMatching(ctx context.Context, opts InboxListOptions) (int, error) {
+	if err := a.valid(); err != nil {
+		return 0, err
+	}
+	if now := a.o.now(); opts.DeadBefore.IsZero() || opts.DeadBefore.After(now) {
+		opts.DeadBefore = now
+	}
+	args := append(a.inboxFilter(opts), matchBatch)
+	total := 0
+	for {
+		tag, err := a.o.pool.Exec(ctx, a.o.q.inboxDiscardWhere, args...)
+		if err != nil {
+			return total, fmt.Errorf("outbox: discard inbox dead letters (after %d discarded): %w", total, err)
+		}
+		total += int(tag.RowsAffected())
+		if tag.RowsAffected() < matchBatch {
+			return total, nil
+		}
+	}
 }
 
 // DiscardInboxDeadLetter deletes the inbox dead letter of the scope for (handler, messageID): the scope tenant's,

@@ -4,12 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
 	"github.com/stagehand-es/stagehand"
+	"github.com/stagehand-es/stagehand/internal/jsonmeta"
 )
 
 // Metadata of a redriven inbox dead letter (see Admin.RedriveInboxDeadLetters).
@@ -48,8 +50,8 @@ func (a *Admin) InboxDeadLetter(ctx context.Context, handler, messageID string) 
 
 func scanInboxDeadLetter(r pgx.CollectableRow) (InboxDeadLetter, error) {
 	var d InboxDeadLetter
-	err := r.Scan(&d.MessageID, &d.Handler, &d.Tenant, &d.MessageType, &d.Topic, &d.Payload, &d.Metadata,
-		&d.Attempts, &d.LastError, &d.DeadAt)
+	err := r.Scan(&d.MessageID, &d.Handler, &d.Tenant, &d.MessageType, &d.Topic, &d.Payload,
+		(*jsonmeta.Map)(&d.Metadata), &d.Attempts, &d.LastError, &d.DeadAt, &d.PayloadSize)
 	d.DeadAt = d.DeadAt.UTC()
 	return d, err
 }
@@ -64,6 +66,11 @@ type InboxRedriveFilter struct {
 	// Topic is the topic the copies are staged for when a dead letter has none recorded (a handler run outside
 	// a Watermill router). Default: each dead letter's own topic; a dead letter with none fails the redrive.
 	Topic string
+	// Match selects further, as it selects a listing (InboxListOptions: topic consumed from, message type, error
+	// text, time of death; its Handler and MessageIDs add to this filter's, and its Limit, After, order and
+	// PayloadLimit do not matter). A redrive by Match moves only the dead letters dead-lettered at or before the
+	// call. Default nil: no further selection.
+	Match *InboxListOptions
 }
 
 // RedriveInboxDeadLetter redrives the inbox dead letter of the scope for (handler, messageID); see
@@ -97,22 +104,37 @@ func (a *Admin) RedriveInboxDeadLetters(ctx context.Context, f InboxRedriveFilte
 	if err := a.valid(); err != nil {
 		return 0, err
 	}
-	var handler *string
-	if f.Handler != "" {
-		handler = &f.Handler
-	}
-	var ids []string
-	if f.MessageIDs != nil {
-		ids = f.MessageIDs
-		if len(ids) == 0 {
-			return 0, nil
+	var match InboxListOptions
+	if f.Match != nil {
+		match = *f.Match
+		if now := a.o.now(); match.DeadBefore.IsZero() || match.DeadBefore.After(now) {
+			match.DeadBefore = now
 		}
 	}
+	if f.Handler != "" {
+		if match.Handler != "" && match.Handler != f.Handler {
+			return 0, nil // two handlers: nothing is both
+		}
+		match.Handler = f.Handler
+	}
+	if f.MessageIDs != nil {
+		if match.MessageIDs != nil {
+			match.MessageIDs = slices.DeleteFunc(slices.Clone(f.MessageIDs), func(id string) bool {
+				return !slices.Contains(match.MessageIDs, id)
+			})
+		} else {
+			match.MessageIDs = f.MessageIDs
+		}
+	}
+	if match.MessageIDs != nil && len(match.MessageIDs) == 0 {
+		return 0, nil
+	}
+	args := append(a.inboxFilter(match), redriveBatch)
 	total := 0
 	for {
 		n := 0
 		err := pgx.BeginFunc(ctx, a.o.pool, func(tx pgx.Tx) error {
-			rows, err := tx.Query(ctx, a.o.q.inboxDeadTake, a.tenant, handler, ids, redriveBatch)
+			rows, err := tx.Query(ctx, a.o.q.inboxDeadTake, args...)
 			if err != nil {
 				return err
 			}

@@ -34,15 +34,21 @@ type queries struct {
 	staging                                               stagingStatements // messages whose positions are given
 	stageRecheckOne, stageRecheckMany                     string
 	nextDue, lockKeys, lockKeysWait, promote, sweep       string
-	stats, gauges                                         string
-	redrive, discard, listDead, getDead                   string
+	stats, backlog, gauges                                string
+	redrive, discard, getDead, countDead                  string
+	redriveWhere, discardWhere, heldKeys                  string
+	listDead                                              [2]string // oldest first, newest first
+	pendingGroups                                         [3]string // by GroupBy
+	listScheduled, keyMessages, inFlight, activity        string
+	stagedFrom, recentlyPublished                         string
 	cleanupSent, lastPublished                            string
 	registerWatermark, advanceWatermark, dropWatermark    string
 	listWatermarks, watermarkForShare                     string
 
 	inboxClaim, inboxAttempt, inboxClearAttempts, inboxDeadLetter, inboxMarkDead string
-	inboxStats, inboxCleanup, inboxListDead, inboxRemoveDead                     string
-	inboxDeadGet, inboxDeadTake, inboxUnmark                                     string
+	inboxStats, inboxCleanup, inboxRemoveDead, inboxCountDead, inboxDiscardWhere string
+	inboxDeadGet, inboxDeadTake, inboxUnmark, recentlyHandled, inboxEntries      string
+	inboxListDead                                                                [2]string // oldest, newest first
 
 	maintenance maintenanceSQL
 }
@@ -74,15 +80,20 @@ func newQueries(schema string) (queries, error) {
 		&q.stagePrelude: "stage_prelude", &q.stageSave: "stage_save", &q.stageRestore: "stage_restore",
 		&q.lockKeyGeneric: "lock_key_generic", &q.stageRecheckOne: "stage_recheck_one",
 		&q.stageRecheckMany: "stage_recheck_many", &q.nextDue: "next_due", &q.lockKeys: "lock_keys",
-		&q.lockKeysWait: "lock_keys_wait", &q.promote: "promote", &q.sweep: "sweep", &q.stats: "stats",
-		&q.gauges: "gauges", &q.redrive: "redrive", &q.discard: "discard", &q.listDead: "list_dead",
-		&q.getDead: "get_dead", &q.cleanupSent: "cleanup_sent", &q.lastPublished: "last_published",
+		&q.lockKeysWait: "lock_keys_wait", &q.promote: "promote", &q.sweep: "sweep",
+		&q.gauges: "gauges", &q.redrive: "redrive", &q.discard: "discard", &q.getDead: "get_dead",
+		&q.countDead: "count_dead", &q.redriveWhere: "redrive_where", &q.discardWhere: "discard_where",
+		&q.heldKeys: "held_keys", &q.listScheduled: "list_scheduled", &q.keyMessages: "key_messages",
+		&q.inFlight: "in_flight_by_owner", &q.activity: "activity", &q.stagedFrom: "staged_from",
+		&q.recentlyPublished: "recently_published", &q.recentlyHandled: "recently_handled",
+		&q.inboxEntries: "inbox_entries", &q.inboxCountDead: "inbox_count_dead",
+		&q.inboxDiscardWhere: "inbox_discard_where", &q.cleanupSent: "cleanup_sent", &q.lastPublished: "last_published",
 		&q.registerWatermark: "register_watermark", &q.advanceWatermark: "advance_watermark",
 		&q.dropWatermark: "drop_watermark", &q.listWatermarks: "list_watermarks",
 		&q.watermarkForShare: "watermark_for_share",
 		&q.inboxClaim:        "inbox_claim", &q.inboxAttempt: "inbox_attempt", &q.inboxClearAttempts: "inbox_clear_attempts",
 		&q.inboxDeadLetter: "inbox_dead_letter", &q.inboxMarkDead: "inbox_mark_dead", &q.inboxStats: "inbox_stats",
-		&q.inboxCleanup: "inbox_cleanup", &q.inboxListDead: "inbox_list_dead",
+		&q.inboxCleanup:    "inbox_cleanup",
 		&q.inboxRemoveDead: "inbox_remove_dead", &q.inboxDeadGet: "inbox_dead_get",
 		&q.inboxDeadTake: "inbox_dead_take", &q.inboxUnmark: "inbox_unmark",
 		&m.lastStart: "maintenance_last_start", &m.begin: "maintenance_begin", &m.finish: "maintenance_finish",
@@ -90,6 +101,30 @@ func newQueries(schema string) (queries, error) {
 		&m.sent: "expire_sent", &m.inbox: "expire_inbox", &m.inboxAttempts: "expire_inbox_attempts",
 	} {
 		each(field, name)
+	}
+	if err == nil {
+		q.stats, err = statements.Expand("stats", map[string]string{"sent count": "{sent_count}"}, q.idents)
+	}
+	if err == nil {
+		q.backlog, err = statements.Expand("stats", map[string]string{"sent count": "0::bigint"}, q.idents)
+	}
+	for i, dir := range []map[string]string{{"after": ">", "order": "ASC"}, {"after": "<", "order": "DESC"}} {
+		if err == nil {
+			q.listDead[i], err = statements.Expand("list_dead", dir, q.idents)
+		}
+		if err == nil {
+			q.inboxListDead[i], err = statements.Expand("inbox_list_dead", dir, q.idents)
+		}
+	}
+	for by, cols := range map[GroupBy][2]string{
+		ByTopic:  {"''::text, o.topic, ''::text", "o.topic"},
+		ByTenant: {"o.tenant_id, ''::text, ''::text", "o.tenant_id"},
+		ByKey:    {"o.tenant_id, ''::text, o.partition_key", "o.tenant_id, o.partition_key"},
+	} {
+		if err == nil {
+			q.pendingGroups[by], err = statements.Expand("pending_groups",
+				map[string]string{"group cols": cols[0], "group by": cols[1]}, q.idents)
+		}
 	}
 	if err != nil {
 		return queries{}, err

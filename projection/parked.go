@@ -2,11 +2,13 @@ package projection
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/stagehand-es/stagehand"
 	"github.com/stagehand-es/stagehand/eventstore"
 	"github.com/stagehand-es/stagehand/internal/logfollow"
 )
@@ -39,11 +41,18 @@ func parked(schema string) logfollow.Parked {
 	return logfollow.NewParked(schema, "projection_parked", "projection", true, ErrParkedNotFound, "projection")
 }
 
-func parkedEvent(e logfollow.ParkedEvent) ParkedEvent {
-	return ParkedEvent{ID: e.ID, Projection: e.Owner, Checkpoint: e.Checkpoint, Position: e.Position,
-		Tenant: e.Tenant, StreamID: e.StreamID, StreamType: e.StreamType, Version: e.Version, EventID: e.EventID,
-		EventType: e.EventType, Attempts: e.Attempts, LastError: e.LastError, ParkedAt: e.ParkedAt,
-		ReplayRequested: e.ReplayRequested}
+func parkedEvents(evs []logfollow.ParkedEvent) []ParkedEvent {
+	if evs == nil {
+		return nil
+	}
+	out := make([]ParkedEvent, len(evs))
+	for i, e := range evs {
+		out[i] = ParkedEvent{ID: e.ID, Projection: e.Owner, Checkpoint: e.Checkpoint, Position: e.Position,
+			Tenant: e.Tenant, StreamID: e.StreamID, StreamType: e.StreamType, Version: e.Version, EventID: e.EventID,
+			EventType: e.EventType, Attempts: e.Attempts, LastError: e.LastError, ParkedAt: e.ParkedAt,
+			ReplayRequested: e.ReplayRequested}
+	}
+	return out
 }
 
 // park records rec in the parked table, in the follower's transaction that moves the checkpoint past it.
@@ -61,14 +70,37 @@ func (p *Projection) park(ctx context.Context, tx pgx.Tx, checkpoint string, fai
 // position first.
 func ListParked(ctx context.Context, db DB, schema, name string) ([]ParkedEvent, error) {
 	evs, err := parked(schema).List(ctx, db, name)
-	if err != nil {
-		return nil, err
+	return parkedEvents(evs), err
+}
+
+// ParkedQuery selects a page of parked events (ListParkedPage). Its zero value selects the first page of every
+// projection's parked events.
+type ParkedQuery struct {
+	// Projection keeps only one projection's parked events. Default "": every projection's.
+	Projection string
+	// Tenants keeps only the events of these tenants (each checked with stagehand.ValidateTenant). Default: every
+	// tenant's.
+	Tenants []string
+	// IDs keeps only these parked events. Default nil: all; an empty slice that is not nil selects none.
+	IDs []int64
+	// AfterID continues after the parked event with this ID: pages run in ID order, the earliest parked first.
+	// Default 0: from the start.
+	AfterID int64
+	// Limit caps the page. Default 100.
+	Limit int
+}
+
+// ListParkedPage returns a page of the parked events in schema that q selects, in ID order (the earliest parked
+// first), reading the parked table by its primary key: a long list is read a page at a time.
+func ListParkedPage(ctx context.Context, db DB, schema string, q ParkedQuery) ([]ParkedEvent, error) {
+	for _, t := range q.Tenants {
+		if err := stagehand.ValidateTenant(t); err != nil {
+			return nil, fmt.Errorf("projection: list parked events: %w", err)
+		}
 	}
-	out := make([]ParkedEvent, len(evs))
-	for i, e := range evs {
-		out[i] = parkedEvent(e)
-	}
-	return out, nil
+	evs, err := parked(schema).Page(ctx, db, logfollow.ParkedPage{Owner: q.Projection, Tenants: q.Tenants,
+		IDs: q.IDs, AfterID: q.AfterID, Limit: q.Limit})
+	return parkedEvents(evs), err
 }
 
 // DiscardParked deletes a parked event without applying it (an operator's decision: it is then skipped for

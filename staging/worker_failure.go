@@ -9,6 +9,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/stagehand-es/stagehand"
 	"github.com/stagehand-es/stagehand/eventstore"
 	"github.com/stagehand-es/stagehand/internal/logfollow"
 )
@@ -135,8 +136,12 @@ func parked(schema string) logfollow.Parked {
 // schema, oldest position first.
 func ListParkedWork(ctx context.Context, db DB, schema, worker string) ([]ParkedWork, error) {
 	evs, err := parked(schema).List(ctx, db, worker)
-	if err != nil {
-		return nil, err
+	return parkedWork(evs), err
+}
+
+func parkedWork(evs []logfollow.ParkedEvent) []ParkedWork {
+	if evs == nil {
+		return nil
 	}
 	out := make([]ParkedWork, len(evs))
 	for i, e := range evs {
@@ -144,7 +149,38 @@ func ListParkedWork(ctx context.Context, db DB, schema, worker string) ([]Parked
 			StreamType: e.StreamType, Version: e.Version, EventID: e.EventID, EventType: e.EventType,
 			Attempts: e.Attempts, LastError: e.LastError, ParkedAt: e.ParkedAt, ReplayRequested: e.ReplayRequested}
 	}
-	return out, nil
+	return out
+}
+
+// ParkedWorkQuery selects a page of parked events (ListParkedWorkPage). Its zero value selects the first page of
+// every worker's parked events.
+type ParkedWorkQuery struct {
+	// Worker keeps only one worker's parked events ("stager:NAME" or "reconciler:NAME"). Default "": every
+	// worker's.
+	Worker string
+	// Tenants keeps only the events of these tenants (each checked with stagehand.ValidateTenant). Default: every
+	// tenant's.
+	Tenants []string
+	// IDs keeps only these parked events. Default nil: all; an empty slice that is not nil selects none.
+	IDs []int64
+	// AfterID continues after the parked event with this ID: pages run in ID order, the earliest parked first.
+	// Default 0: from the start.
+	AfterID int64
+	// Limit caps the page. Default 100.
+	Limit int
+}
+
+// ListParkedWorkPage returns a page of the parked events in schema that q selects, in ID order (the earliest
+// parked first), reading the parked table by its primary key: a long list is read a page at a time.
+func ListParkedWorkPage(ctx context.Context, db DB, schema string, q ParkedWorkQuery) ([]ParkedWork, error) {
+	for _, t := range q.Tenants {
+		if err := stagehand.ValidateTenant(t); err != nil {
+			return nil, fmt.Errorf("staging: list parked events: %w", err)
+		}
+	}
+	evs, err := parked(schema).Page(ctx, db, logfollow.ParkedPage{Owner: q.Worker, Tenants: q.Tenants, IDs: q.IDs,
+		AfterID: q.AfterID, Limit: q.Limit})
+	return parkedWork(evs), err
 }
 
 // DiscardParkedWork deletes a parked event without staging it (an operator's decision). It returns

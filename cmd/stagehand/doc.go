@@ -1,7 +1,7 @@
 // Command stagehand is the operator CLI of the stagehand event-sourcing framework: it migrates the schema,
 // reports on and repairs the outbox and the inbox (statistics, dead letters, redrive, cleanup), shows projection
-// status and requests rebuilds and replays of parked events, reads the event log (tail, follow, one stream), and
-// drops aggregate snapshots.
+// status and requests rebuilds and replays of parked events, reads the event log (tail, follow, one stream),
+// drops aggregate snapshots, and serves the operator console (package console) on its own.
 //
 // Install it with
 //

@@ -19,6 +19,7 @@
 //	go run ./examples/orders -orders 10000 -concurrency 32
 //	go run ./examples/orders -strategy deferred                # the orders repository's staging strategy
 //	go run ./examples/orders -database-url "$URL" -nats-url nats://127.0.0.1:4222   # yours
+//	go run ./examples/orders -console 127.0.0.1:8080           # and watch it in the operator console
 package main
 
 import (
@@ -29,6 +30,7 @@ import (
 	"io"
 	"log/slog"
 	"math/rand/v2"
+	"net"
 	"os"
 	"os/signal"
 	"strings"
@@ -56,6 +58,7 @@ type config struct {
 	strategy    staging.Strategy // of the orders repository
 	duplicates  float64          // fraction of messages published twice on purpose
 	timeout     time.Duration    // wait for everything to be handled after the last order
+	console     string           // address to serve the operator console on ("": none)
 	verbose     bool
 }
 
@@ -81,12 +84,15 @@ func main() {
 		"fraction of messages the relay publishes twice, as a relay crash would, for the inbox to suppress (0-1)")
 	flag.DurationVar(&cfg.timeout, "timeout", 2*time.Minute,
 		"how long to wait, after the last order, for every message to be handled")
+	flag.StringVar(&cfg.console, "console", "", "serve the operator console (read-only) on this address, "+
+		"127.0.0.1:8080 say, and keep serving after the summary until Ctrl-C (default: none)")
 	flag.BoolVar(&cfg.verbose, "v", false, "log what the components do (to stderr)")
 	flag.Parse()
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := run(ctx, os.Stdout, cfg)
-	interrupted := ctx.Err() != nil
+	// With the console, Ctrl-C after the summary is how the demo ends.
+	interrupted := ctx.Err() != nil && (err != nil || cfg.console == "")
 	stop()
 	if interrupted {
 		fmt.Fprintln(os.Stderr, "orders: interrupted; everything was stopped")
@@ -112,6 +118,16 @@ func (c config) validate() error {
 		return errors.New("-timeout must be positive")
 	case c.schema == "":
 		return errors.New("-schema cannot be empty")
+	}
+	if c.console != "" {
+		host, _, err := net.SplitHostPort(c.console)
+		if err != nil {
+			return fmt.Errorf("-console %q is not HOST:PORT: %w", c.console, err)
+		}
+		if ip := net.ParseIP(host); host != "localhost" && (ip == nil || !ip.IsLoopback()) {
+			return fmt.Errorf("-console %s would serve beyond this machine a console that asks for no credentials: "+
+				"use 127.0.0.1:PORT (stagehand console has --token and --basic-auth)", c.console)
+		}
 	}
 	return nil
 }
@@ -195,6 +211,13 @@ func run(ctx context.Context, out io.Writer, cfg config) (err error) {
 		return err
 	}
 	s.printStrategies(out)
+	if cfg.console != "" {
+		stopConsole, err := serveConsole(ctx, out, pool, store, ob, cfg)
+		if err != nil {
+			return err
+		}
+		defer stopConsole()
+	}
 
 	// 4. In the background: the staging workers, the relay to NATS, the consumers and the projection.
 	board, err := newOrderBoard(pool, store, reg, tbl, cfg.schema, logger)
@@ -247,7 +270,15 @@ func run(ctx context.Context, out io.Writer, cfg config) (err error) {
 	if err != nil {
 		return err
 	}
-	return s.printSummary(ctx, out, runID, cfg, st.snapshot(), before, after, board, tbl)
+	if err := s.printSummary(ctx, out, runID, cfg, st.snapshot(), before, after, board, tbl); err != nil {
+		return err
+	}
+	if cfg.console != "" {
+		fmt.Fprintln(out, "the console keeps serving (the relay, consumers and projection keep running); "+
+			"press Ctrl-C to stop")
+		<-ctx.Done()
+	}
+	return nil
 }
 
 // connect opens the pool, sized for the checkouts plus the consumers, the relay and the workers.

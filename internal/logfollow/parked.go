@@ -85,27 +85,68 @@ func (p Parked) Park(ctx context.Context, tx pgx.Tx, owner, checkpoint string, f
 
 // List returns the parked events of owner ("" for every owner), by owner and then oldest position first.
 func (p Parked) List(ctx context.Context, db DB, owner string) ([]ParkedEvent, error) {
-	checkpoint := "''"
-	if p.checkpoint {
-		checkpoint = "checkpoint"
-	}
-	rows, err := db.Query(ctx, `SELECT id, `+p.owner+`, `+checkpoint+`, position, tenant_id, stream_id,
-			stream_type, version, event_id, event_type, attempts, last_error, parked_at, replay_requested
-		FROM `+p.table+` WHERE $1 = '' OR `+p.owner+` = $1 ORDER BY `+p.owner+`, position`, owner)
+	rows, err := db.Query(ctx, `SELECT `+p.columns()+` FROM `+p.table+`
+		WHERE $1 = '' OR `+p.owner+` = $1 ORDER BY `+p.owner+`, position`, owner)
 	if err != nil {
 		return nil, fmt.Errorf("%s: list parked events: %w", p.label, err)
 	}
-	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (ParkedEvent, error) {
-		var e ParkedEvent
-		err := r.Scan(&e.ID, &e.Owner, &e.Checkpoint, &e.Position, &e.Tenant, &e.StreamID, &e.StreamType,
-			&e.Version, &e.EventID, &e.EventType, &e.Attempts, &e.LastError, &e.ParkedAt, &e.ReplayRequested)
-		e.ParkedAt = e.ParkedAt.UTC()
-		return e, err
-	})
+	out, err := pgx.CollectRows(rows, scanParked)
 	if err != nil {
 		return nil, fmt.Errorf("%s: list parked events: %w", p.label, err)
 	}
 	return out, nil
+}
+
+// ParkedPage selects a page of a parked-event table (Page). Its zero value selects the first page of every owner's
+// parked events.
+type ParkedPage struct {
+	Owner   string   // "": every owner's
+	Tenants []string // nil or empty: every tenant's
+	IDs     []int64  // nil: all; an empty slice that is not nil selects none
+	AfterID int64    // pages run in ID order: continue after this ID
+	Limit   int      // at most this many (100 when not positive)
+}
+
+// Page returns the parked events q selects, in ID order (the earliest parked first), reading the table by its
+// primary key, so a long list is read a page at a time. Tenants must have been validated by the caller.
+func (p Parked) Page(ctx context.Context, db DB, q ParkedPage) ([]ParkedEvent, error) {
+	if q.Limit <= 0 {
+		q.Limit = 100
+	}
+	var tenants []string
+	if len(q.Tenants) > 0 {
+		tenants = q.Tenants
+	}
+	rows, err := db.Query(ctx, `SELECT `+p.columns()+` FROM `+p.table+`
+		WHERE ($1 = '' OR `+p.owner+` = $1) AND ($2::text[] IS NULL OR tenant_id = ANY ($2))
+			AND ($3::bigint[] IS NULL OR id = ANY ($3)) AND id > $4
+		ORDER BY id LIMIT $5`, q.Owner, tenants, q.IDs, q.AfterID, q.Limit)
+	if err != nil {
+		return nil, fmt.Errorf("%s: list parked events: %w", p.label, err)
+	}
+	out, err := pgx.CollectRows(rows, scanParked)
+	if err != nil {
+		return nil, fmt.Errorf("%s: list parked events: %w", p.label, err)
+	}
+	return out, nil
+}
+
+// columns lists a row's columns in scanParked's order.
+func (p Parked) columns() string {
+	checkpoint := "''"
+	if p.checkpoint {
+		checkpoint = "checkpoint"
+	}
+	return `id, ` + p.owner + `, ` + checkpoint + `, position, tenant_id, stream_id, stream_type, version, event_id,
+		event_type, attempts, last_error, parked_at, replay_requested`
+}
+
+func scanParked(r pgx.CollectableRow) (ParkedEvent, error) {
+	var e ParkedEvent
+	err := r.Scan(&e.ID, &e.Owner, &e.Checkpoint, &e.Position, &e.Tenant, &e.StreamID, &e.StreamType, &e.Version,
+		&e.EventID, &e.EventType, &e.Attempts, &e.LastError, &e.ParkedAt, &e.ReplayRequested)
+	e.ParkedAt = e.ParkedAt.UTC()
+	return e, err
 }
 
 // Counts returns how many events are parked per owner, or per checkpoint when byCheckpoint (a table with a

@@ -305,24 +305,37 @@ UPDATE {outbox} SET next_attempt_at = $1
 WHERE next_attempt_at >= 'infinity' AND id = ANY (ARRAY(SELECT id FROM heads)) -- ">=": see promote
 RETURNING partition_key
 
--- Stats: the parked messages (next_attempt_at 'infinity') split by what they wait for: a dead letter holding
--- their key (one with an earlier sequence number), else an earlier pending message of their key. Only
--- parked rows probe the dead letters, through the key index.
+-- Stats: the parked messages (next_attempt_at 'infinity') split by what they wait for: a dead letter holding their
+-- key (one with an earlier sequence number), else an earlier pending message of their key. The hot table is scanned
+-- once for the counts; the held ones are counted from the other side, per (tenant, key) a dead letter holds: its
+-- parked messages after the first holding sequence number, through the key index. Dead letters holding their key
+-- are few, so this costs a probe each, where probing the dead letters for each parked row cost one per row.
 -- name: stats
+WITH held AS (
+    SELECT coalesce(sum((SELECT count(*) FROM {outbox} p
+                         WHERE p.tenant_id = k.tenant_id AND p.partition_key = k.partition_key AND p.seq > k.seq
+                           AND p.next_attempt_at = 'infinity')), 0) AS n
+    FROM (SELECT d.tenant_id, d.partition_key, min(d.seq) AS seq FROM {dead} d
+          WHERE d.holds_key AND d.seq IS NOT NULL AND ($1::text IS NULL OR d.tenant_id = $1)
+          GROUP BY d.tenant_id, d.partition_key) k
+)
 SELECT
     count(*) FILTER (WHERE o.scheduled_at IS NULL OR o.scheduled_at <= $2),
     count(*) FILTER (WHERE o.scheduled_at > $2 AND o.next_attempt_at < 'infinity'),
     count(*) FILTER (WHERE o.attempts > 0 AND o.next_attempt_at > $2 AND o.next_attempt_at < 'infinity'),
-    count(*) FILTER (WHERE o.next_attempt_at = 'infinity' AND coalesce(h.seq >= o.seq, true)),
-    count(*) FILTER (WHERE o.next_attempt_at = 'infinity' AND h.seq < o.seq),
+    count(*) FILTER (WHERE o.next_attempt_at = 'infinity') - (SELECT n FROM held),
+    (SELECT n FROM held),
     count(*) FILTER (WHERE o.lease_owner IS NOT NULL AND o.lease_expires_at > $2),
     min(coalesce(o.scheduled_at, o.created_at)) FILTER (WHERE o.scheduled_at IS NULL OR o.scheduled_at <= $2),
     (SELECT count(*) FROM {dead} WHERE $1::text IS NULL OR tenant_id = $1),
-    (SELECT count(*) FROM {sent} WHERE $1::text IS NULL OR tenant_id = $1)
+    {sent count}
 FROM {outbox} o
-LEFT JOIN LATERAL (
-    SELECT {key_hold tenant=o.tenant_id key=o.partition_key} AS seq WHERE o.next_attempt_at = 'infinity') h ON true
 WHERE $1::text IS NULL OR o.tenant_id = $1
+
+-- The entries of the sent ledger ({sent count} of stats; Admin.Backlog leaves it out): the one figure of stats
+-- that reads a whole table that may hold millions of rows.
+-- fragment: sent_count
+(SELECT count(*) FROM {sent} WHERE $1::text IS NULL OR tenant_id = $1)
 
 -- The relay's gauges (relayTelemetry.gauges): ready messages ($1 now) and the oldest one's time, the parked ones
 -- split as in stats. A scan of the hot outbox table, which holds only messages still to publish; only parked rows
@@ -350,3 +363,103 @@ ON CONFLICT (message_id, topic, tenant_id) DO NOTHING
   AND NOT EXISTS (SELECT 1 FROM {dead} d
                   WHERE d.message_id = n.message_id AND d.topic = n.topic AND d.tenant_id = n.tenant_id)
 ON CONFLICT (message_id, topic, tenant_id) DO NOTHING
+
+-- Pending messages grouped by {group cols} ({group by}: the topic, the tenant, or the (tenant, partition key)), the
+-- largest groups first, at most $3; of tenant $1 when not NULL, $2 the time now. A scan of the hot table, which
+-- holds only messages still to publish.
+-- name: pending_groups
+SELECT {group cols}, count(*),
+    count(*) FILTER (WHERE o.scheduled_at > $2 AND o.next_attempt_at < 'infinity'),
+    count(*) FILTER (WHERE o.attempts > 0 AND o.next_attempt_at > $2 AND o.next_attempt_at < 'infinity'),
+    count(*) FILTER (WHERE o.next_attempt_at = 'infinity'),
+    count(*) FILTER (WHERE o.lease_owner IS NOT NULL AND o.lease_expires_at > $2),
+    min(coalesce(o.scheduled_at, o.created_at)) FILTER (WHERE o.scheduled_at IS NULL OR o.scheduled_at <= $2),
+    max(o.attempts)
+FROM {outbox} o
+WHERE $1::text IS NULL OR o.tenant_id = $1
+GROUP BY {group by}
+ORDER BY count(*) DESC, {group by}
+LIMIT $3
+
+-- The columns of a pending message as the operator views list it (no payload: its size).
+-- fragment: pending_columns
+o.id, o.message_id, o.tenant_id, o.topic, o.message_type, o.partition_key, o.seq, o.attempts,
+    coalesce(o.last_error, ''), o.scheduled_at, o.next_attempt_at, o.created_at, coalesce(o.lease_owner, ''),
+    o.lease_expires_at, octet_length(o.payload), o.source_position
+
+-- Scheduled messages (of tenant $1 when not NULL) whose time ($2 now) is still ahead, soonest first, after the
+-- row ($3, $4) in (next_attempt_at, id) order, at most $5. Through the claim index (a scheduled message is never
+-- parked: it is due at its time).
+-- name: list_scheduled
+SELECT {pending_columns}
+FROM {outbox} o
+WHERE o.next_attempt_at > $2 AND o.next_attempt_at < 'infinity' AND o.scheduled_at > $2
+  AND ($1::text IS NULL OR o.tenant_id = $1)
+  AND (o.next_attempt_at, o.id) > ($3::timestamptz, $4::bigint)
+ORDER BY o.next_attempt_at, o.id
+LIMIT $5
+
+-- The pending messages of the key ($1, $2) in their order (sequence numbers after $3), at most $4: the key's head
+-- first. Through the key index (migration 025).
+-- name: key_messages
+SELECT {pending_columns}
+FROM {outbox} o
+WHERE o.tenant_id = $1 AND o.partition_key = $2 AND o.seq IS NOT NULL AND o.seq > $3
+ORDER BY o.seq
+LIMIT $4
+
+-- The rows each relay (lease owner) holds now ($1), of tenant $2 when not NULL.
+-- name: in_flight_by_owner
+SELECT o.lease_owner, count(*), min(o.lease_expires_at), max(o.lease_expires_at)
+FROM {outbox} o
+WHERE o.lease_owner IS NOT NULL AND o.lease_expires_at > $1 AND ($2::text IS NULL OR o.tenant_id = $2)
+GROUP BY o.lease_owner
+ORDER BY o.lease_owner
+
+-- What the outbox, the ledger and the inbox recorded in the window ($1, $2] (of tenant $3 when not NULL), and the
+-- backlog at $2: messages staged (by their staging time, wherever they are now: pending, sent or dead-lettered),
+-- published, dead-lettered, handled, inbox dead-lettered and inbox handler failures (each failing pair once, at its
+-- last failure); pending messages due and the oldest one's time. The ledger and the inbox are read through their
+-- BRIN indexes on time (a message staged in the window was sent after its start), the dead letters through their
+-- index on time (migration 040); the hot outbox table is scanned.
+-- name: activity
+SELECT
+    (SELECT count(*) FROM {sent} s WHERE s.sent_at > $1 AND s.created_at > $1 AND s.created_at <= $2
+        AND ($3::text IS NULL OR s.tenant_id = $3)),
+    o.staged,
+    (SELECT count(*) FROM {dead} d WHERE d.dead_at > $1 AND d.created_at > $1 AND d.created_at <= $2
+        AND ($3::text IS NULL OR d.tenant_id = $3)),
+    (SELECT count(*) FROM {sent} s WHERE s.sent_at > $1 AND s.sent_at <= $2 AND s.outcome = 'sent'
+        AND ($3::text IS NULL OR s.tenant_id = $3)),
+    (SELECT count(*) FROM {dead} d WHERE d.dead_at > $1 AND d.dead_at <= $2
+        AND ($3::text IS NULL OR d.tenant_id = $3)),
+    (SELECT count(*) FROM {inbox} i WHERE i.processed_at > $1 AND i.processed_at <= $2 AND i.outcome = 'handled'
+        AND ($3::text IS NULL OR i.tenant_id = $3)),
+    (SELECT count(*) FROM {inbox_dead} d WHERE d.dead_at > $1 AND d.dead_at <= $2
+        AND ($3::text IS NULL OR d.tenant_id = $3)),
+    (SELECT count(*) FROM {inbox_attempts} a WHERE a.last_failed_at > $1 AND a.last_failed_at <= $2
+        AND ($3::text IS NULL OR a.tenant_id = $3)),
+    o.pending, o.oldest
+FROM (
+    SELECT count(*) FILTER (WHERE created_at > $1 AND created_at <= $2) AS staged,
+        count(*) FILTER (WHERE scheduled_at IS NULL OR scheduled_at <= $2) AS pending,
+        min(coalesce(scheduled_at, created_at)) FILTER (WHERE scheduled_at IS NULL OR scheduled_at <= $2) AS oldest
+    FROM {outbox} WHERE $3::text IS NULL OR tenant_id = $3
+) o
+
+-- What became of the messages staged from the log positions $1 (between $2 and $3, which lets the ledger's BRIN
+-- index on source positions (migration 040) skip the rest), of tenant $4 when not NULL: pending, dead-lettered,
+-- sent or discarded. The hot outbox table and the dead letters are scanned; the ledger is read through its index.
+-- name: staged_from
+SELECT 'pending', o.source_position, o.message_id, o.tenant_id, o.topic, o.message_type, o.created_at,
+    NULL::timestamptz, o.attempts, coalesce(o.last_error, '')
+FROM {outbox} o WHERE o.source_position = ANY ($1::bigint[]) AND ($4::text IS NULL OR o.tenant_id = $4)
+UNION ALL
+SELECT 'dead-lettered', d.source_position, d.message_id, d.tenant_id, d.topic, d.message_type, d.created_at,
+    d.dead_at, d.attempts, d.last_error
+FROM {dead} d WHERE d.source_position = ANY ($1::bigint[]) AND ($4::text IS NULL OR d.tenant_id = $4)
+UNION ALL
+SELECT s.outcome, s.source_position, s.message_id, s.tenant_id, s.topic, s.message_type, s.created_at, s.sent_at,
+    s.attempts, ''
+FROM {sent} s WHERE s.source_position BETWEEN $2 AND $3 AND s.source_position = ANY ($1::bigint[])
+    AND ($4::text IS NULL OR s.tenant_id = $4)

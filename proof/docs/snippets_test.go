@@ -81,6 +81,15 @@ var (
 	myHooks        outbox.Hooks
 )
 `},
+	"console/README.md": {prelude: `
+var (
+	ctx         context.Context
+	pool        *pgxpool.Pool
+	mux         *http.ServeMux
+	csrfKey     []byte
+	sessionUser func(*http.Request) (string, bool)
+)
+`},
 	"examples/orders/README.md": {pkgDir: "examples/orders", prelude: `
 var (
 	ctx           context.Context
@@ -107,6 +116,7 @@ var snippetImports = map[string]string{
 	"outbox":        "github.com/stagehand-es/stagehand/outbox",
 	"projection":    "github.com/stagehand-es/stagehand/projection",
 	"health":        "github.com/stagehand-es/stagehand/health",
+	"console":       "github.com/stagehand-es/stagehand/console",
 	"watermill":     "github.com/ThreeDotsLabs/watermill",
 	"message":       "github.com/ThreeDotsLabs/watermill/message",
 	"pgx":           "github.com/jackc/pgx/v5",
@@ -120,6 +130,7 @@ var snippetImports = map[string]string{
 	"errors":        "errors",
 	"fmt":           "fmt",
 	"http":          "net/http",
+	"log":           "log",
 	"slog":          "log/slog",
 	"testing":       "testing",
 	"time":          "time",

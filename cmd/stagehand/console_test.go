@@ -1,0 +1,158 @@
+package main
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"net/url"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/stagehand-es/stagehand/internal/pgtest"
+	"github.com/stagehand-es/stagehand/outbox"
+)
+
+// serveConsole runs stagehand console in the background on a free port, with the environment env, and returns its
+// base URL and a stop that interrupts it and returns its result.
+func (e *env) serveConsole(env map[string]string, args ...string) (string, func() result) {
+	e.t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	var stdout, stderr syncBuffer
+	done := make(chan int, 1)
+	opts := options{getenv: func(k string) string { return env[k] }}
+	go func() {
+		done <- runWith(ctx, e.args(append([]string{"console", "--listen", "127.0.0.1:0"}, args...)...), &stdout,
+			&stderr, opts)
+	}()
+	var res *result
+	stop := func() result {
+		if res == nil {
+			cancel()
+			code := <-done
+			res = &result{code: code, stdout: stdout.String(), stderr: stderr.String()}
+		}
+		return *res
+	}
+	e.t.Cleanup(func() { stop() })
+	served := regexp.MustCompile(`console: serving (http://\S+?)/? \(`)
+	var base string
+	pgtest.Eventually(e.t, 20*time.Second, func() bool {
+		if m := served.FindStringSubmatch(stdout.String()); m != nil {
+			base = strings.TrimSuffix(m[1], "/")
+			return true
+		}
+		select {
+		case code := <-done:
+			done <- code
+			e.t.Fatalf("stagehand console ended (%d): %s %s", code, stdout.String(), stderr.String())
+		default:
+		}
+		return false
+	}, "the console says where it serves")
+	return base, stop
+}
+
+func fetch(t *testing.T, method, u string, form url.Values, header ...string) (int, http.Header, string) {
+	t.Helper()
+	var body io.Reader
+	if form != nil {
+		body = strings.NewReader(form.Encode())
+	}
+	req, err := http.NewRequest(method, u, body)
+	require.NoError(t, err)
+	if form != nil {
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		req.Header.Set("Sec-Fetch-Site", "same-origin")
+	}
+	for i := 0; i+1 < len(header); i += 2 {
+		req.Header.Set(header[i], header[i+1])
+	}
+	client := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	resp, err := client.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	return resp.StatusCode, resp.Header, string(b)
+}
+
+// Without credentials the console is read-only and serves this machine only; credentials and actions go
+// together; a wrong flag is a usage error before anything listens.
+func TestConsoleFlags(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	e.fails(exitUsage, "--actions needs credentials", "console", "--actions")
+	e.fails(exitUsage, "not both", "console", "--token", "t", "--basic-auth", "u:p")
+	e.fails(exitUsage, "serves beyond this machine", "console", "--listen", ":0")
+	e.fails(exitUsage, "serves beyond this machine", "console", "--listen", "0.0.0.0:0")
+	e.fails(exitUsage, "USER:PASSWORD", "console", "--basic-auth", "nopassword")
+	e.fails(exitUsage, "is not HOST:PORT", "console", "--listen", "8080")
+	e.fails(exitUsage, "Prefix", "console", "--prefix", "no-slash")
+	e.fails(exitUsage, "Tenant", "console", "--tenant", "bad\x01tenant")
+}
+
+// A read-only console serves the pages of the schema and ends normally when interrupted.
+func TestConsoleServesReadOnly(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	o := e.outbox(nil)
+	deadLetters(t, o, outbox.Message{ID: "order-41", Topic: "orders", Tenant: "acme", Payload: []byte(`{}`)})
+	base, stop := e.serveConsole(nil, "--title", "orders staging")
+	code, _, page := fetch(t, http.MethodGet, base+"/dead", nil)
+	require.Equal(t, http.StatusOK, code)
+	require.Contains(t, page, "order-41")
+	require.Contains(t, page, "orders staging")
+	require.Contains(t, page, "read-only")
+	code, _, _ = fetch(t, http.MethodPost, base+"/confirm", url.Values{"action": {"outbox.redrive"}})
+	require.Equal(t, http.StatusForbidden, code)
+	r := stop()
+	require.Equal(t, exitOK, r.code, r.stderr)
+	require.Contains(t, r.stdout, "(read-only; all tenants (estate-wide))")
+}
+
+// With a token, every page needs it (a browser is asked for it), and the actions it enables are confirmed, run and
+// recorded under the token's user.
+func TestConsoleTokenAndActions(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	o := e.outbox(nil)
+	deadLetters(t, o, outbox.Message{ID: "order-41", Topic: "orders", Tenant: "acme", Payload: []byte(`{}`)},
+		outbox.Message{ID: "order-42", Topic: "orders", Tenant: "globex", Payload: []byte(`{}`)})
+	base, stop := e.serveConsole(map[string]string{envConsoleToken: "s3cret"}, "--actions", "--tenant", "acme")
+	code, header, _ := fetch(t, http.MethodGet, base+"/dead", nil)
+	require.Equal(t, http.StatusUnauthorized, code)
+	require.Contains(t, header.Get("WWW-Authenticate"), "Basic")
+	code, _, _ = fetch(t, http.MethodGet, base+"/dead", nil, "Authorization", "Bearer wrong")
+	require.Equal(t, http.StatusUnauthorized, code)
+	auth := []string{"Authorization", "Bearer s3cret"}
+	code, _, page := fetch(t, http.MethodGet, base+"/dead", nil, auth...)
+	require.Equal(t, http.StatusOK, code)
+	require.Contains(t, page, "order-41")
+	require.NotContains(t, page, "order-42", "the console is scoped to acme")
+
+	token := regexp.MustCompile(`name="csrf" value="([^"]+)"`).FindStringSubmatch(page)
+	require.NotNil(t, token)
+	form := url.Values{"csrf": {token[1]}, "source": {"outbox"}, "do": {"redrive:matching"}}
+	code, _, confirm := fetch(t, http.MethodPost, base+"/confirm", form, auth...)
+	require.Equal(t, http.StatusOK, code, confirm)
+	require.Contains(t, confirm, "Redrive 1 outbox dead letter?")
+	act := url.Values{}
+	for _, m := range regexp.MustCompile(`<input type="hidden" name="([^"]+)" value="([^"]*)">`).
+		FindAllStringSubmatch(confirm[strings.Index(confirm, `id="confirm-form"`):], -1) {
+		act.Add(m[1], strings.NewReplacer("&#43;", "+", "&amp;", "&").Replace(m[2]))
+	}
+	code, header, _ = fetch(t, http.MethodPost, base+"/act", act, auth...)
+	require.Equal(t, http.StatusSeeOther, code)
+	require.Contains(t, header.Get("Location"), "/done?")
+	require.EqualValues(t, 1, pgtest.Count(t, e.pool, `SELECT count(*) FROM `+pgtest.Q(e.schema, "outbox")))
+	require.EqualValues(t, 1, pgtest.Count(t, e.pool, `SELECT count(*) FROM `+pgtest.Q(e.schema, "console_audit")+
+		` WHERE username = 'token' AND action = 'outbox.redrive' AND affected = 1 AND tenant_id = 'acme'`))
+	r := stop()
+	require.Equal(t, exitOK, r.code, r.stderr)
+	require.Contains(t, r.stdout, "actions enabled, sign in with token; tenant acme")
+	require.Contains(t, r.stderr, "console: action", "every action is logged")
+}
