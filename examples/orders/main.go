@@ -11,12 +11,13 @@
 //	notifier   (inbox)  InvoiceIssued, OrderShipped → notification rows
 //	projection order-board: placed, paid, shipped → the order_board table
 //
-// It places -orders orders, -concurrency at a time, waits until every message is handled and the projection has
-// caught up, and prints what happened: events appended, messages staged, published and handled, duplicates the
-// inbox suppressed, append → handled latency, projection lag.
+// After a warm-up (-warmup orders, left out of the figures), it places -orders orders, at most -rate a second and
+// -concurrency at a time, waits until every message is handled and the projection has caught up, and prints what
+// happened: events appended, messages staged, published and handled, duplicates the inbox suppressed, append →
+// handled latency, projection lag.
 //
 //	go run ./examples/orders                                   # throwaway PostgreSQL and in-process NATS
-//	go run ./examples/orders -orders 10000 -concurrency 32
+//	go run ./examples/orders -rate 0 -orders 10000 -concurrency 32   # as fast as it goes
 //	go run ./examples/orders -strategy deferred                # the orders repository's staging strategy
 //	go run ./examples/orders -database-url "$URL" -nats-url nats://127.0.0.1:4222   # yours
 //	go run ./examples/orders -console 127.0.0.1:8080           # and watch it in the operator console
@@ -53,6 +54,7 @@ type config struct {
 	natsStore   string           // the in-process server's storage directory ("": a temporary one)
 	schema      string           // schema of every table
 	orders      int              // orders to place
+	warmup      int              // orders placed and handled before anything is measured
 	concurrency int              // checkouts at once
 	rate        int              // orders per second at most (0: as fast as the checkouts go)
 	strategy    staging.Strategy // of the orders repository
@@ -71,9 +73,10 @@ func main() {
 	flag.StringVar(&cfg.natsStore, "nats-store", "", "storage directory of the in-process NATS server "+
 		"(default: a temporary directory, removed at the end)")
 	flag.StringVar(&cfg.schema, "schema", "orders_example", "schema for every table of the example")
-	flag.IntVar(&cfg.orders, "orders", 2000, "orders to place")
+	flag.IntVar(&cfg.orders, "orders", 1000, "orders to place")
+	flag.IntVar(&cfg.warmup, "warmup", 20, "orders placed and handled first, outside the figures (0: none)")
 	flag.IntVar(&cfg.concurrency, "concurrency", 8, "checkouts running at once")
-	flag.IntVar(&cfg.rate, "rate", 0, "orders per second at most (default 0: as fast as the checkouts go)")
+	flag.IntVar(&cfg.rate, "rate", 50, "orders per second at most (0: as fast as the checkouts go)")
 	flag.Func("strategy", "staging strategy of the orders repository: auto, transactional, "+
 		"eventually-consistent or deferred (default auto)", func(s string) error {
 		st, err := staging.ParseStrategy(s)
@@ -108,6 +111,8 @@ func (c config) validate() error {
 	switch {
 	case c.orders < 1:
 		return errors.New("-orders must be at least 1")
+	case c.warmup < 0:
+		return errors.New("-warmup must not be negative")
 	case c.concurrency < 1:
 		return errors.New("-concurrency must be at least 1")
 	case c.rate < 0 || c.rate > 100_000:
@@ -224,11 +229,7 @@ func run(ctx context.Context, out io.Writer, cfg config) (err error) {
 	if err != nil {
 		return err
 	}
-	st := newStats(runID)
-	before, err := s.measure(ctx)
-	if err != nil {
-		return err
-	}
+	st := newStats(runID + "w")
 	bg, err := startBackground(ctx, s, board, tbl, natsURL, st, cfg, logger)
 	if err != nil {
 		return err
@@ -238,6 +239,29 @@ func run(ctx context.Context, out io.Writer, cfg config) (err error) {
 			err = stopErr
 		}
 	}()
+
+	// The warm-up: a few orders of a run of their own, placed at the run's pace and handled before anything is
+	// measured, so the figures are the pipeline's steady state, not its first seconds (connections opening,
+	// statements planned for the first time, the broker's consumers starting to deliver).
+	if cfg.warmup > 0 {
+		warm := cfg
+		warm.orders = cfg.warmup
+		started := time.Now()
+		if err := s.placeOrders(stagehand.WithTenant(bg.ctx, tenant), runID+"w", warm, nil); err != nil {
+			return bg.cause(err)
+		}
+		if err := waitUntilHandled(bg.ctx, st, int64(warm.orders*messagesPerOrder), board, cfg.timeout,
+			nil); err != nil {
+			return bg.cause(fmt.Errorf("warm-up: %w", err))
+		}
+		fmt.Fprintf(out, "warm-up: %d orders placed and handled in %s (not in the figures below)\n", warm.orders,
+			time.Since(started).Round(time.Millisecond))
+	}
+	st.restart(runID)
+	before, err := s.measure(ctx)
+	if err != nil {
+		return err
+	}
 
 	// 5. The checkout: -orders orders, -concurrency at a time. Each places an Order and pays it (two aggregates,
 	// two saves), and each save stages the messages of its events with its repository's strategy.

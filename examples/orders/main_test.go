@@ -34,11 +34,13 @@ func TestOrdersExample(t *testing.T) {
 			const orders = 100
 			out := runExample(t, config{
 				orders:      orders,
+				warmup:      5, // a run of its own: nothing below counts it
 				concurrency: 8,
 				strategy:    tc.strategy,
 				duplicates:  0.05,
 				timeout:     60 * time.Second,
 			})
+			require.Contains(t, out, "warm-up: 5 orders placed and handled in ")
 
 			// The strategies, as configured and as resolved, before the run and in the summary.
 			require.Contains(t, out, "  orders    "+tc.strategy.String()+" -> "+tc.orders)

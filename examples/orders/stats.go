@@ -39,22 +39,33 @@ type stats struct {
 }
 
 func newStats(run string) *stats {
-	return &stats{run: run, publishedIDs: map[string]struct{}{}, handled: map[string]int64{},
-		latency: map[string][]time.Duration{}}
+	s := &stats{}
+	s.restart(run)
+	return s
 }
 
-// ours reports whether msg is about an order of this run (see orderID).
+// restart counts from zero for run: what the counters held (a warm-up's) is forgotten, and the earlier run's
+// messages count as other runs' from now on.
+func (s *stats) restart(run string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.run, s.publishedIDs, s.handled, s.latency = run, map[string]struct{}{}, map[string]int64{},
+		map[string][]time.Duration{}
+	s.publishedTotal, s.duplicatesSent, s.suppressed, s.failed, s.deadLettered, s.otherRuns = 0, 0, 0, 0, 0, 0
+}
+
+// ours reports whether msg is about an order of this run (see orderID). The caller holds s.mu.
 func (s *stats) ours(msg *message.Message) bool {
 	return strings.HasPrefix(msg.Metadata.Get(HeaderOrderID), "order-"+s.run+"-")
 }
 
 // published records a message the broker stored; again marks a deliberate second copy.
 func (s *stats) published(msg *message.Message, again bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	if !s.ours(msg) {
 		return
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
 	s.publishedTotal++
 	s.publishedIDs[msg.UUID] = struct{}{}
 	if again {
