@@ -38,6 +38,10 @@ func (loop *claimLoop) claimer() {
 		// The claim's instant bounds the next-due query below: a row falling due while the claim runs is not
 		// claimed, and must not be skipped as already past either.
 		claimedAt := loop.relay.o.now()
+		// A drain ends on a claim that finds nothing while nothing was in flight before it: a mark that ends
+		// while a claim runs can promote a key's next message after the claim's snapshot, so a claim that ran
+		// beside a mark proves nothing.
+		idleBefore := loop.drain && loop.idle()
 		n, err := loop.claim(claimedAt, limit)
 		if err != nil {
 			if loop.ctx.Err() != nil {
@@ -54,8 +58,11 @@ func (loop *claimLoop) claimer() {
 			continue // more may be due
 		}
 		if loop.drain {
-			if loop.idle() {
+			if idleBefore && n == 0 {
 				return
+			}
+			if loop.idle() {
+				continue // claim again: nothing in flight now, so that claim decides
 			}
 			select {
 			case <-loop.flight.wake:

@@ -100,5 +100,8 @@ func (loop *claimLoop) run() {
 	loop.releaseAll()
 }
 
-// idle reports whether a drain has nothing left to do: no row held, none waiting for its mark.
-func (loop *claimLoop) idle() bool { return loop.flight.empty() && loop.marks.idle() }
+// idle reports whether a drain has nothing left to do: no row held, none waiting for its mark, no key waiting
+// for its promotion to be retried or being promoted.
+func (loop *claimLoop) idle() bool {
+	return loop.flight.empty() && loop.marks.idle() && !loop.promos.pending()
+}

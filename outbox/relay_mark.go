@@ -152,6 +152,8 @@ func (loop *claimLoop) retryPromotions() bool {
 	if len(keys) == 0 {
 		return false
 	}
+	defer signal(loop.flight.wake)
+	defer loop.promos.retried()
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(loop.ctx), 30*time.Second)
 	defer cancel()
 	b := &pgx.Batch{}
@@ -166,15 +168,15 @@ func (loop *claimLoop) retryPromotions() bool {
 		return false
 	}
 	loop.promos.later(keys, locked)
-	signal(loop.flight.wake)
 	return loop.promos.waiting() && loop.ctx.Err() == nil
 }
 
 // promoter keeps the keys whose promotion found their lock taken by a staging transaction (which may be parking a
 // message the promotion cannot see yet), to promote them again.
 type promoter struct {
-	mu   sync.Mutex
-	keys map[tenantKey]struct{}
+	mu       sync.Mutex
+	keys     map[tenantKey]struct{}
+	retrying bool // takeAll's keys are being promoted
 }
 
 // later remembers the keys that are not among locked.
@@ -202,8 +204,16 @@ func (p *promoter) takeAll() []tenantKey {
 		keys = append(keys, k)
 	}
 	p.keys = nil
+	p.retrying = len(keys) > 0
 	p.mu.Unlock()
 	return sortedKeys(keys)
+}
+
+// retried ends the retry of takeAll's keys (those still locked out are back through later).
+func (p *promoter) retried() {
+	p.mu.Lock()
+	p.retrying = false
+	p.mu.Unlock()
 }
 
 // waiting reports whether keys wait for a retry.
@@ -211,4 +221,11 @@ func (p *promoter) waiting() bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return len(p.keys) > 0
+}
+
+// pending reports whether keys wait for a retry or are being promoted now.
+func (p *promoter) pending() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.keys) > 0 || p.retrying
 }
