@@ -479,3 +479,29 @@ func ids(log []published) []string {
 	}
 	return out
 }
+
+// A drain publishes every message of deep keys, however its claims and marks interleave: a mark promotes a key's
+// next message, and a claim that ran beside that mark cannot see it, so a drain ends only on a claim that finds
+// nothing with nothing in flight before it. Many short keys, a publisher slow enough for claims to run beside
+// marks, and several rounds.
+func TestDrainPublishesEveryMessageOfDeepKeys(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	ctx := context.Background()
+	const keys, perKey, rounds = 40, 5, 12
+	b := newBroker()
+	b.setFail(func(*message.Message) error {
+		time.Sleep(time.Duration(rand.Int64N(int64(time.Millisecond))))
+		return nil
+	})
+	r := e.relay(func(c *outbox.RelayConfig) { c.BatchSize, c.MaxDegreeOfParallelism = 10, 2 })
+	for round := range rounds {
+		topic := fmt.Sprintf("deep%d", round)
+		_, err := e.ob.Stage(ctx, msgs(topic, keys*perKey, func(i int) string { return fmt.Sprintf("k%d", i%keys) })...)
+		require.NoError(t, err)
+		res, err := r.Drain(ctx, b)
+		require.NoError(t, err)
+		require.Equal(t, keys*perKey, res.Published, "round %d", round)
+	}
+	require.Zero(t, e.count("outbox"))
+}
