@@ -52,23 +52,9 @@ func inboxDeadToJSON(d outbox.InboxDeadLetter, full bool) inboxDeadJSON {
 // listInboxDead pages through the inbox dead letters of admin (limit 0: all of them).
 func listInboxDead(ctx context.Context, admin *outbox.Admin, handler string, limit int) (
 	[]outbox.InboxDeadLetter, error) {
-	var out []outbox.InboxDeadLetter
-	var after *outbox.InboxDeadLetter
-	for {
-		page := 500
-		if limit > 0 {
-			page = min(page, limit-len(out))
-		}
-		dls, err := admin.InboxDeadLetters(ctx, outbox.InboxListOptions{Limit: page, Handler: handler, After: after})
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, dls...)
-		if len(dls) < page || (limit > 0 && len(out) >= limit) {
-			return out, nil
-		}
-		after = &out[len(out)-1]
-	}
+	return pageAll(limit, func(page int, after *outbox.InboxDeadLetter) ([]outbox.InboxDeadLetter, error) {
+		return admin.InboxDeadLetters(ctx, outbox.InboxListOptions{Limit: page, Handler: handler, After: after})
+	})
 }
 
 func (a *app) inboxDeadListCommand() *cobra.Command {

@@ -134,19 +134,27 @@ func deadJSON(dl outbox.DeadLetter, full bool) deadLetterJSON {
 
 // listDead pages through the dead letters of admin (limit 0: all of them).
 func listDead(ctx context.Context, admin *outbox.Admin, topic string, limit int) ([]outbox.DeadLetter, error) {
-	var out []outbox.DeadLetter
-	var after *outbox.DeadLetter
+	return pageAll(limit, func(page int, after *outbox.DeadLetter) ([]outbox.DeadLetter, error) {
+		return admin.DeadLetters(ctx, outbox.ListOptions{Limit: page, Topic: topic, After: after})
+	})
+}
+
+// pageAll reads a keyset-paginated list page by page (at most 500 rows a page), each page after the previous one's
+// last row, until a short page or limit rows (limit 0: all of them).
+func pageAll[T any](limit int, fetch func(page int, after *T) ([]T, error)) ([]T, error) {
+	var out []T
+	var after *T
 	for {
 		page := 500
 		if limit > 0 {
 			page = min(page, limit-len(out))
 		}
-		dls, err := admin.DeadLetters(ctx, outbox.ListOptions{Limit: page, Topic: topic, After: after})
+		rows, err := fetch(page, after)
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, dls...)
-		if len(dls) < page || (limit > 0 && len(out) >= limit) {
+		out = append(out, rows...)
+		if len(rows) < page || (limit > 0 && len(out) >= limit) {
 			return out, nil
 		}
 		after = &out[len(out)-1]
