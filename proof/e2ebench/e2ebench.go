@@ -50,6 +50,14 @@ type Config struct {
 	// PacedWorkers is the number of paced producers; an append starts at its due time if one of them is free, and
 	// its latency counts from its due time either way. Default 64.
 	PacedWorkers int
+	// PoolSize is the number of database connections both paths share (producers, relay, forwarder, consumers).
+	// Default 32: a pool sized for the server (a few connections per core) rather than one per producer. With a
+	// connection for every producer (128 here), a stall of a few tens of milliseconds let waiting producers open
+	// new connections, and a new connection's first statements pay for planning and for filling its catalog
+	// caches (up to 100 ms of CPU each on a busy 2-core machine), which stalls the next saves in turn: stagehand's
+	// p99 at half its maximum rate rose to 500-700 ms in episodes of about a second, the forwarder's (whose
+	// statements are cheaper to plan) to 25-60 ms.
+	PoolSize int
 	// Relay is the stagehand relay's configuration (ProcessorID and IsBrokerUnavailable are set by the run).
 	// Default outbox.Balanced(): batches of 100, 4 deliveries in flight, NOTIFY wake-ups.
 	Relay *outbox.RelayConfig
@@ -71,8 +79,9 @@ func (c *Config) validate() error {
 		return errors.New("e2ebench: Schema is required")
 	case c.Saturation < 0 || c.Paced < 0 || c.Warmup < 0 || c.DrainTimeout < 0:
 		return errors.New("e2ebench: Saturation, Paced, Warmup and DrainTimeout must not be negative")
-	case c.SaturationRounds < 0 || c.SaturationWorkers < 0 || c.PacedWorkers < 0:
-		return errors.New("e2ebench: SaturationRounds, SaturationWorkers and PacedWorkers must not be negative")
+	case c.SaturationRounds < 0 || c.SaturationWorkers < 0 || c.PacedWorkers < 0 || c.PoolSize < 0:
+		return errors.New("e2ebench: SaturationRounds, SaturationWorkers, PacedWorkers and PoolSize must not be " +
+			"negative")
 	}
 	for _, f := range c.Fractions {
 		if f <= 0 || f > 1 {
@@ -96,6 +105,9 @@ func (c *Config) validate() error {
 	}
 	if c.PacedWorkers == 0 {
 		c.PacedWorkers = 64
+	}
+	if c.PoolSize == 0 {
+		c.PoolSize = 32
 	}
 	if len(c.Fractions) == 0 {
 		c.Fractions = []float64{0.25, 0.5, 0.9}
@@ -200,7 +212,7 @@ func Run(ctx context.Context, cfg Config) (*Results, error) {
 	if err != nil {
 		return nil, fmt.Errorf("e2ebench: database URL: %w", err)
 	}
-	pc.MaxConns = int32(cfg.PacedWorkers + cfg.SaturationWorkers + 48)
+	pc.MaxConns = int32(cfg.PoolSize)
 	// watermill-sql names its tables without a schema: they go to the run's schema.
 	pc.ConnConfig.RuntimeParams["search_path"] = cfg.Schema
 	pool, err := pgxpool.NewWithConfig(ctx, pc)
