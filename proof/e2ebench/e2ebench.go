@@ -79,9 +79,15 @@ func (c *Config) validate() error {
 		return errors.New("e2ebench: Schema is required")
 	case c.Saturation < 0 || c.Paced < 0 || c.Warmup < 0 || c.DrainTimeout < 0:
 		return errors.New("e2ebench: Saturation, Paced, Warmup and DrainTimeout must not be negative")
-	case c.SaturationRounds < 0 || c.SaturationWorkers < 0 || c.PacedWorkers < 0 || c.PoolSize < 0:
-		return errors.New("e2ebench: SaturationRounds, SaturationWorkers, PacedWorkers and PoolSize must not be " +
-			"negative")
+	}
+	for _, f := range []struct {
+		name string
+		n    int
+	}{{"SaturationRounds", c.SaturationRounds}, {"SaturationWorkers", c.SaturationWorkers},
+		{"PacedWorkers", c.PacedWorkers}, {"PoolSize", c.PoolSize}} {
+		if f.n < 0 {
+			return fmt.Errorf("e2ebench: %s must not be negative, got %d", f.name, f.n)
+		}
 	}
 	for _, f := range c.Fractions {
 		if f <= 0 || f > 1 {

@@ -123,6 +123,7 @@ func TestConfigErrorsNameTheField(t *testing.T) {
 		{e2ebench.Config{URL: "postgres://x", Schema: "s", Fractions: []float64{0.5, 1.5}}, "Fractions must be in (0, 1]"},
 		{e2ebench.Config{URL: "postgres://x", Schema: "s", Paced: -time.Second}, "must not be negative"},
 		{e2ebench.Config{URL: "postgres://x", Schema: "s", PacedWorkers: -1}, "PacedWorkers must not be negative"},
+		{e2ebench.Config{URL: "postgres://x", Schema: "s", PoolSize: -2}, "PoolSize must not be negative, got -2"},
 	} {
 		_, err := e2ebench.Run(context.Background(), c.cfg)
 		require.ErrorContains(t, err, c.want)
