@@ -388,20 +388,32 @@ func (r *Repository[A]) update(ctx context.Context, id string, fn func(A) error,
 			return a, nil
 		}
 		if !errors.Is(err, eventstore.ErrConcurrencyConflict) || attempt >= r.cfg.UpdateRetries {
-			if attempt > 0 {
-				err = fmt.Errorf("aggregate: update of %s %q gave up after %d attempts: %w", r.typ.name, id,
-					attempt+1, err)
-			}
+			return a, r.gaveUp(id, attempt, err)
+		}
+		if err := conflictPause(ctx, attempt); err != nil {
 			return a, err
 		}
-		trace.SpanFromContext(ctx).AddEvent("concurrency conflict: retrying")
-		// Back off a little, with jitter, so retrying writers spread out.
-		pause := time.Duration(rand.Int64N(int64(time.Millisecond)*int64(attempt+1))) + 100*time.Microsecond
-		select {
-		case <-ctx.Done():
-			return a, ctx.Err()
-		case <-time.After(pause):
-		}
+	}
+}
+
+// gaveUp is the error an update returns after attempt (counted from 0) failed with err.
+func (r *Repository[A]) gaveUp(id string, attempt int, err error) error {
+	if err == nil || attempt == 0 {
+		return err
+	}
+	return fmt.Errorf("aggregate: update of %s %q gave up after %d attempts: %w", r.typ.name, id, attempt+1, err)
+}
+
+// conflictPause waits before an update's next attempt after a concurrency conflict: a little, with jitter growing
+// with the attempt, so retrying writers spread out.
+func conflictPause(ctx context.Context, attempt int) error {
+	trace.SpanFromContext(ctx).AddEvent("concurrency conflict: retrying")
+	pause := time.Duration(rand.Int64N(int64(time.Millisecond)*int64(attempt+1))) + 100*time.Microsecond
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(pause):
+		return nil
 	}
 }
 
@@ -436,18 +448,10 @@ func (r *Repository[A]) updateTx(ctx context.Context, tx pgx.Tx, id string, fn f
 		a, err := r.attemptTx(ctx, tx, id, fn, events)
 		if err == nil || !errors.Is(err, eventstore.ErrConcurrencyConflict) || attempt >= r.cfg.UpdateRetries ||
 			(attempt == 0 && fixedSnapshot(ctx, tx)) {
-			if err != nil && attempt > 0 {
-				err = fmt.Errorf("aggregate: update of %s %q gave up after %d attempts: %w", r.typ.name, id,
-					attempt+1, err)
-			}
-			return a, err
+			return a, r.gaveUp(id, attempt, err)
 		}
-		trace.SpanFromContext(ctx).AddEvent("concurrency conflict: retrying")
-		pause := time.Duration(rand.Int64N(int64(time.Millisecond)*int64(attempt+1))) + 100*time.Microsecond
-		select {
-		case <-ctx.Done():
-			return a, ctx.Err()
-		case <-time.After(pause):
+		if err := conflictPause(ctx, attempt); err != nil {
+			return a, err
 		}
 	}
 }

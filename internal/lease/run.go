@@ -19,17 +19,9 @@ type Work func(ctx context.Context, l Lease) error
 // while ctx is still live also ends Run with nil.
 func (m *Manager) Run(ctx context.Context, name string, work Work) error {
 	for {
-		l, ok, err := m.TryAcquire(ctx, name)
+		l, ok, err := m.contend(ctx, name)
 		if err != nil {
-			if ctx.Err() != nil {
-				return nil
-			}
-			var ce *ConfigError
-			if errors.As(err, &ce) {
-				return err
-			}
-			m.cfg.Logger.WarnContext(ctx, "stagehand: lease acquisition failed; retrying", "lease", name,
-				"error", err)
+			return err
 		}
 		if ok {
 			m.cfg.Logger.DebugContext(ctx, "stagehand: lease acquired", "lease", name, "owner", l.Owner,
@@ -131,4 +123,18 @@ func (m *Manager) renew(ctx context.Context, l Lease, done <-chan struct{}, canc
 			}
 		}
 	}
+}
+
+// contend tries to acquire the lease name once. A failed attempt is logged and reported as not acquired, to be
+// retried; only a configuration error (which no retry mends) is returned.
+func (m *Manager) contend(ctx context.Context, name string) (Lease, bool, error) {
+	l, ok, err := m.TryAcquire(ctx, name)
+	if err == nil || ctx.Err() != nil {
+		return l, ok, nil
+	}
+	if ce := (*ConfigError)(nil); errors.As(err, &ce) {
+		return Lease{}, false, err
+	}
+	m.cfg.Logger.WarnContext(ctx, "stagehand: lease acquisition failed; retrying", "lease", name, "error", err)
+	return Lease{}, false, nil
 }

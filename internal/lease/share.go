@@ -168,17 +168,9 @@ func (m *Manager) RunShared(ctx context.Context, sh *Share, p int, name string, 
 			backoff.Sleep(ctx, every)
 			continue
 		}
-		l, ok, err := m.TryAcquire(ctx, name)
+		l, ok, err := m.contend(ctx, name)
 		if err != nil {
-			if ctx.Err() != nil {
-				return nil
-			}
-			var ce *ConfigError
-			if errors.As(err, &ce) {
-				return err
-			}
-			m.cfg.Logger.WarnContext(ctx, "stagehand: lease acquisition failed; retrying", "lease", name,
-				"error", err)
+			return err
 		}
 		if !ok {
 			// Jitter, so processes started together do not contend in lockstep.
