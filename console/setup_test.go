@@ -12,6 +12,7 @@ import (
 	"net/url"
 	"regexp"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -186,13 +187,17 @@ func (w *world) appendEvents(tenant, stream string, n int, payload func(i int) s
 	return res.Records
 }
 
-// rejecting is a broker that rejects the messages fail names, and records the others.
+// rejecting is a broker that rejects the messages fail names, and records the others. A relay's workers call it
+// concurrently.
 type rejecting struct {
 	fail func(*message.Message) error
+	mu   sync.Mutex
 	sent []*message.Message
 }
 
 func (b *rejecting) Publish(_ string, msgs ...*message.Message) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
 	for _, m := range msgs {
 		if b.fail != nil {
 			if err := b.fail(m); err != nil {

@@ -117,10 +117,10 @@ func TestPartitionWithAnUnreachableDestinationDoesNotStallTheOthers(t *testing.T
 		}
 	})
 	runRouter(t, r, b, nil)
-	pgtest.Eventually(t, 10*time.Second, func() bool { return b.distinct() == 300 },
+	// The healthy partitions can finish before the bad one's first attempt: wait for both.
+	pgtest.Eventually(t, 10*time.Second, func() bool { return b.distinct() == 300 && unreachable.Load() > 0 },
 		"the healthy partitions did not deliver while one destination was unreachable")
 	require.True(t, down.Load())
-	require.Positive(t, unreachable.Load())
 	for _, p := range b.snapshot() {
 		require.NotEqual(t, bad, p.meta.Get(stagehand.HeaderTenantID))
 	}
