@@ -511,10 +511,11 @@ func TestTenantScopedProjection(t *testing.T) {
 		require.NoError(t, err)
 		return len(st) == 1 && st[0].Position == head
 	}, "the projection did not pass the head")
-	mu.Lock()
-	require.Equal(t, map[string]bool{tenantA + "/acc-1/1": true, tenantA + "/acc-1/2": true}, seen,
-		"only A's events reach A's projection")
+	mu.Lock() // copied under the lock, asserted after it
+	got := maps.Clone(seen)
 	mu.Unlock()
+	require.Equal(t, map[string]bool{tenantA + "/acc-1/1": true, tenantA + "/acc-1/2": true}, got,
+		"only A's events reach A's projection")
 	parked, err := p.Parked(bg)
 	require.NoError(t, err)
 	require.Len(t, parked, 1)

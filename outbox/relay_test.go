@@ -7,6 +7,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"net"
+	"slices"
 	"sync"
 	"syscall"
 	"testing"
@@ -180,12 +181,20 @@ func TestPoisonMessageHoldsItsKeyUntilRedriven(t *testing.T) {
 	})
 	runRouter(t, r, b, nil)
 
-	pgtest.Eventually(t, 10*time.Second, func() bool { return e.count("outbox_dead_letters") == 1 },
-		"p1 was not dead-lettered")
-	hookMu.Lock()
-	require.Equal(t, []string{"p1 attempt 3: " + poison.Error()}, deadHooked)
-	require.Equal(t, []outbox.Outcome{outbox.Rejected, outbox.Rejected, outbox.Rejected}, outcomes)
-	hookMu.Unlock()
+	// The hooks run after the dead-letter move commits: wait for both. Read under the lock, assert outside it (a
+	// failed assertion must not leave the relay's next hook call blocked for ever).
+	hooked := func() ([]string, []outbox.Outcome) {
+		hookMu.Lock()
+		defer hookMu.Unlock()
+		return slices.Clone(deadHooked), slices.Clone(outcomes)
+	}
+	pgtest.Eventually(t, 10*time.Second, func() bool {
+		dead, outs := hooked()
+		return e.count("outbox_dead_letters") == 1 && len(dead) > 0 && len(outs) >= 3
+	}, "p1 was not dead-lettered")
+	dead, outs := hooked()
+	require.Equal(t, []string{"p1 attempt 3: " + poison.Error()}, dead)
+	require.Equal(t, []outbox.Outcome{outbox.Rejected, outbox.Rejected, outbox.Rejected}, outs)
 	dl, err := e.ob.AllTenants().DeadLetter(ctx, "p1")
 	require.NoError(t, err)
 	require.Equal(t, 3, dl.Attempts, "MaxRetryCount 2 means three attempts")

@@ -168,13 +168,14 @@ func TestPartitionedModeKeepsStreamOrderAndAppliesEachEventOnce(t *testing.T) {
 		require.Equal(t, parts, s.Partitions)
 		used[i] = true
 	}
-	mu.Lock()
-	require.Len(t, worker, 12)
+	mu.Lock() // read under the lock, assert after it: a failed assertion must not leave the handlers blocked
+	handled := len(worker)
 	partsUsed := map[int]bool{}
 	for _, part := range worker {
 		partsUsed[part] = true
 	}
 	mu.Unlock()
+	require.Equal(t, 12, handled)
 	require.Greater(t, len(partsUsed), 1, "streams spread over several partitions")
 	// Every account row checks its own version order; each has all 7 events.
 	require.Equal(t, int64(12), w.count(t, `SELECT count(*) FROM `+pgtest.Q(w.schema, "rm_accounts")+
