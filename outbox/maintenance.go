@@ -255,7 +255,9 @@ func (m *Maintainer) runIfDue(ctx context.Context) (ran bool, wait time.Duration
 
 // RunOnce runs one maintenance pass now, whatever the interval and without the lease (passes are idempotent:
 // two at once only repeat work), records it in the outbox_maintenance table and returns what it removed. Every
-// step runs even when an earlier one fails; the error joins their errors.
+// step runs even when an earlier one fails; the error joins their errors. A pass cut short by the end of ctx
+// returns ctx's error but is not recorded as failed (MaintenanceStatus.LastError holds only the steps' own errors):
+// the next pass repeats what it left.
 func (m *Maintainer) RunOnce(ctx context.Context) (MaintenanceReport, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -292,15 +294,27 @@ func (m *Maintainer) RunOnce(ctx context.Context) (MaintenanceReport, error) {
 	step("outbox_sent", m.c.SentRetention, m.st.sent, nil, &rep.SentRemoved)
 	step("inbox", m.c.InboxRetention, m.st.inbox, nil, &rep.InboxRemoved)
 	step("inbox_attempts", m.c.InboxRetention, m.st.inboxAttempts, nil, &rep.InboxAttemptsRemoved)
-	if err := ctx.Err(); err != nil {
-		errs = append(errs, err)
+	// A pass cut short because its context ended (its process is stopping) has not failed: the next pass repeats
+	// what it left, so only the steps' own errors are recorded, and the outcome is "interrupted".
+	interrupted := ctx.Err() != nil
+	var recorded []error
+	for _, e := range errs {
+		if !interrupted || !(errors.Is(e, context.Canceled) || errors.Is(e, context.DeadlineExceeded)) {
+			recorded = append(recorded, e)
+		}
 	}
-	err := errors.Join(errs...)
 	msg := ""
 	outcome := "ok"
-	if err != nil {
-		msg, outcome = err.Error(), "error"
+	switch {
+	case len(recorded) > 0:
+		msg, outcome = errors.Join(recorded...).Error(), "error"
+	case interrupted:
+		outcome = "interrupted"
 	}
+	if interrupted {
+		errs = append(errs, ctx.Err())
+	}
+	err := errors.Join(errs...)
 	m.passes.Add(ctx, 1, metric.WithAttributes(telemetry.AttrOutcome.String(outcome)))
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()

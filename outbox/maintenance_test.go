@@ -300,3 +300,40 @@ func TestMaintenanceBesideStagingRelaysAndRestaging(t *testing.T) {
 	require.Greater(t, st.Passes, int64(3))
 	require.Less(t, e.count("outbox_sent"), int64(total), "maintenance removed no ledger entry")
 }
+
+// A pass cut short by the end of its context (its process stopping) returns that error but is not recorded as a
+// failed pass: health would otherwise report "the latest maintenance pass failed: context canceled" after every
+// shutdown that caught a pass. The inbox step is held on a table lock until the context is cancelled.
+func TestInterruptedMaintenancePassIsNotAFailure(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	m, err := e.ob.NewMaintainer(nil)
+	require.NoError(t, err)
+	bg := context.Background()
+	lock, err := e.pool.Begin(bg)
+	require.NoError(t, err)
+	defer func() { _ = lock.Rollback(bg) }()
+	_, err = lock.Exec(bg, "LOCK TABLE "+pgtest.Q(e.schema, "inbox")+" IN ACCESS EXCLUSIVE MODE")
+	require.NoError(t, err)
+
+	ctx, cancel := context.WithCancel(bg)
+	time.AfterFunc(300*time.Millisecond, cancel)
+	_, err = m.RunOnce(ctx)
+	require.ErrorIs(t, err, context.Canceled)
+	require.NoError(t, lock.Rollback(bg))
+
+	st, ok, err := e.ob.AllTenants().Maintenance(bg)
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.False(t, st.FinishedAt.IsZero(), "the pass is recorded as ended")
+	require.Empty(t, st.LastError, "an interrupted pass is not a failed one")
+
+	// A step that fails for its own reason is still recorded.
+	_, err = e.pool.Exec(bg, "ALTER TABLE "+pgtest.Q(e.schema, "inbox_attempts")+" RENAME TO inbox_attempts_gone")
+	require.NoError(t, err)
+	_, err = m.RunOnce(bg)
+	require.Error(t, err)
+	st, _, err = e.ob.AllTenants().Maintenance(bg)
+	require.NoError(t, err)
+	require.Contains(t, st.LastError, "inbox_attempts")
+}
