@@ -31,6 +31,7 @@ type queries struct {
 
 	relaySettings, vacuum                                 string
 	stagePrelude, stageSave, stageRestore, lockKeyGeneric string
+	asyncCommit                                           string
 	staging                                               stagingStatements // messages whose positions are given
 	stageRecheckOne, stageRecheckMany                     string
 	nextDue, lockKeys, lockKeysWait, promote, sweep       string
@@ -78,7 +79,7 @@ func newQueries(schema string) (queries, error) {
 	for field, name := range map[*string]string{
 		&q.relaySettings: "relay_settings", &q.vacuum: "vacuum",
 		&q.stagePrelude: "stage_prelude", &q.stageSave: "stage_save", &q.stageRestore: "stage_restore",
-		&q.lockKeyGeneric: "lock_key_generic", &q.stageRecheckOne: "stage_recheck_one",
+		&q.lockKeyGeneric: "lock_key_generic", &q.asyncCommit: "async_commit", &q.stageRecheckOne: "stage_recheck_one",
 		&q.stageRecheckMany: "stage_recheck_many", &q.nextDue: "next_due", &q.lockKeys: "lock_keys",
 		&q.lockKeysWait: "lock_keys_wait", &q.promote: "promote", &q.sweep: "sweep",
 		&q.gauges: "gauges", &q.redrive: "redrive", &q.discard: "discard", &q.getDead: "get_dead",
@@ -134,9 +135,11 @@ func newQueries(schema string) (queries, error) {
 }
 
 // stagingStatements are the staging inserts for one source of positions: for one message and for several, each
-// with the deduplication checks (dedup) and without them (new, for IDs that cannot have been staged before).
+// with the deduplication checks (dedup) and without them (new, for IDs that cannot have been staged before); for
+// positions given, also with the checks and a watermark's (after: StageOptions.Watermark).
 type stagingStatements struct {
 	one, oneNew, many, manyNew string
+	oneAfter, manyAfter        string
 }
 
 // stagingStatements writes the staging inserts out. With events empty, a message's source position is the one it
@@ -167,14 +170,20 @@ func (q *queries) stagingStatements(events string, partitioned bool) (stagingSta
 	}
 	var st stagingStatements
 	var err error
-	for _, v := range []struct {
+	type variant struct {
 		field      *string
 		name       string
 		dedup, pos string
-	}{
+	}
+	variants := []variant{
 		{&st.one, "stage_one", "{dedup_one}", one}, {&st.oneNew, "stage_one", "", one},
 		{&st.many, "stage_many", "{dedup_many}", many}, {&st.manyNew, "stage_many", "", many},
-	} {
+	}
+	if events == "" {
+		variants = append(variants, variant{&st.oneAfter, "stage_one", "{after_watermark_one}{dedup_one}", one},
+			variant{&st.manyAfter, "stage_many", "{after_watermark_many}{dedup_many}", many})
+	}
+	for _, v := range variants {
 		if err == nil {
 			*v.field, err = statements.Expand(v.name, map[string]string{"dedup one": v.dedup, "dedup many": v.dedup,
 				"position one": v.pos, "position many": v.pos}, idents)

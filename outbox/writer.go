@@ -79,6 +79,22 @@ type StageOptions struct {
 	// read in SQL from that event, so the staging can be queued before the append's positions are known (in the
 	// append's round trip). Default nil: messages are staged as given.
 	Source *AppendSource
+	// Watermark, when set, names a watermark (RegisterWatermarkTx) whose owner stages the same messages from the
+	// event log: a message whose SourcePosition is at or below it is left out (the owner has staged it already,
+	// and cleanup may have forgotten its publication since, so staging it again could publish it twice), and the
+	// watermark's row is locked (FOR SHARE) until the transaction ends, before any key lock, so the owner cannot
+	// move past the messages staged here before they commit. The owner must take the row before its key locks
+	// too (AdvanceWatermarkTx, then StageTx), or the two can deadlock. A watermark not registered yet leaves
+	// nothing out. Not with NewIDs or Source. Default "".
+	Watermark string
+	// AsyncCommit makes the transaction commit without waiting for its WAL to reach disk (synchronous_commit off,
+	// for that transaction alone): a crash of the database server in the next fraction of a second (the WAL
+	// writer's delay) can lose the staging after the caller saw it commit. A crash of the caller's process loses
+	// nothing. Only for staging that something else repeats when it is lost, such as the save path of
+	// staging.EventuallyConsistent, whose reconciler stages, from the log, every event past its durable
+	// watermark (see Watermark): any later durable commit on the server, the watermark's advance included,
+	// makes an earlier asynchronous one durable too. Default false.
+	AsyncCommit bool
 }
 
 // AppendSource names an append made earlier in a staging transaction by a PostgreSQL event store (StageOptions).
@@ -99,7 +115,8 @@ type AppendSource struct {
 // read (BatchResults.Close).
 type Staged struct{ n int }
 
-// Count is how many rows the staging inserted (a message already pending, sent or dead-lettered inserts none).
+// Count is how many rows the staging inserted (a message already pending, sent or dead-lettered inserts none, nor
+// does one that StageOptions.Watermark leaves out).
 func (s *Staged) Count() int { return s.n }
 
 // QueueStage queues, onto b, the statements that stage msgs, so they share a round trip with the caller's own
@@ -116,12 +133,22 @@ func (o *Outbox) QueueStage(ctx context.Context, b *pgx.Batch, opts *StageOption
 		opt = *opts
 	}
 	staged := &Staged{}
+	if opt.Watermark != "" && (opt.NewIDs || opt.Source != nil) {
+		return nil, &ConfigError{Package: "outbox", Component: "StageOptions", Field: "Watermark",
+			Reason: "cannot be combined with NewIDs or Source"}
+	}
 	if len(msgs) == 0 {
 		return staged, nil
 	}
 	a, err := o.stageArgs(ctx, msgs)
 	if err != nil {
 		return nil, err
+	}
+	if opt.AsyncCommit {
+		b.Queue(o.q.asyncCommit)
+	}
+	if opt.Watermark != "" {
+		b.Queue(o.q.watermarkForShare, opt.Watermark) // before the key locks (see Watermark)
 	}
 	// The staging statements run under transaction-local settings (generic plans, index access only: see
 	// stagePrelude), which are put back afterwards unless the transaction ends with the staging. A single message
@@ -156,12 +183,19 @@ func (o *Outbox) QueueStage(ctx context.Context, b *pgx.Batch, opts *StageOption
 			stmt = st.oneNew
 		}
 	}
-	if opt.Source != nil {
+	switch {
+	case opt.Source != nil:
 		if len(a.ids) == 1 {
 			args[10] = opt.Source.LastEventID // in place of the source position
 		} else {
 			args = append(args, opt.Source.LastEventID)
 		}
+	case opt.Watermark != "":
+		stmt = st.manyAfter
+		if len(a.ids) == 1 {
+			stmt = st.oneAfter
+		}
+		args = append(args, opt.Watermark)
 	}
 	b.Queue(stmt, args...).Exec(func(ct pgconn.CommandTag) error {
 		staged.n += int(ct.RowsAffected())

@@ -15,7 +15,11 @@
 //   - EventuallyConsistent: the append commits, then the messages are staged in a second transaction. A
 //     Reconciler following the log stages whatever a crash between the two left out, so nothing is lost. The save
 //     path skips events the reconciler has already passed (their messages may be published and cleaned up since)
-//     and holds the reconciler back until its own staging commits.
+//     and holds the reconciler back until its own staging commits. That staging is one round trip and commits
+//     without waiting for its WAL flush (outbox.StageOptions.AsyncCommit): the save waits for one flush, the
+//     append's. A crash of the database server right after it can lose the staging, never the events, and the
+//     reconciler stages them again (its watermark cannot have passed them durably: that durable commit would have
+//     flushed the staging first).
 //   - Deferred: saves stage nothing; a DeferredStager follows the log and stages in the transaction that advances
 //     its checkpoint.
 //   - Auto (the default) resolves once, at construction: Transactional when the store can share a transaction

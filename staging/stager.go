@@ -302,47 +302,34 @@ func (s *Stager) stage(ctx context.Context, db outbox.DB, msgs []outbox.Message,
 	return nil
 }
 
-// stageAfterCommit stages in a transaction of its own on the outbox's database, and returns how many messages it
-// staged.
+// stageAfterCommit stages in a transaction of its own on the outbox's database, in one round trip (the statements
+// run as one implicit transaction), and returns how many messages it staged.
 //
-// It first reads the reconciler's watermark, locked until the commit. Messages of events the reconciler has
+// The transaction first locks the reconciler's watermark until the commit. Messages of events the reconciler has
 // already passed are left out: the reconciler staged them, and their outbox entries may be cleaned up by now, so
 // staging them again could publish them twice. For the others, the lock keeps the reconciler (and so cleanup) from
 // passing them before this transaction commits.
+//
+// The commit does not wait for the WAL flush (outbox.StageOptions.AsyncCommit): the events are durable already,
+// and a staging that a crash of the database server loses is staged again by the reconciler, whose watermark on
+// disk is then still below those events (its advance past them, a durable commit, would have flushed this one
+// first). A save pays for one flush, the append's.
 func (s *Stager) stageAfterCommit(ctx context.Context, recs []eventstore.Record, events []any) (int, error) {
 	msgs, err := s.messagesFor(recs, events)
 	if err != nil || len(msgs) == 0 {
 		return 0, err
 	}
-	tx, err := s.outbox.Pool().Begin(ctx)
-	if err != nil {
-		return 0, fmt.Errorf("staging: begin: %w", err)
-	}
-	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
-	passed, registered, err := s.outbox.WatermarkTx(ctx, tx, s.reconciler)
+	b := &pgx.Batch{}
+	staged, err := s.outbox.QueueStage(ctx, b, &outbox.StageOptions{EndsTransaction: true, Watermark: s.reconciler,
+		AsyncCommit: true}, msgs...)
 	if err != nil {
 		return 0, err
 	}
-	if registered {
-		kept := msgs[:0]
-		for _, m := range msgs {
-			if m.SourcePosition > passed {
-				kept = append(kept, m)
-			}
-		}
-		if msgs = kept; len(msgs) == 0 {
-			return 0, nil
-		}
-	}
-	// Only the commit follows the staging statements.
-	if err := s.stage(ctx, tx, msgs, &outbox.StageOptions{EndsTransaction: true}); err != nil {
-		return 0, err
-	}
-	if err := tx.Commit(ctx); err != nil {
-		return 0, fmt.Errorf("staging: commit: %w", err)
+	if err := s.outbox.Pool().SendBatch(ctx, b).Close(); err != nil {
+		return 0, fmt.Errorf("staging: stage %d message(s) after the append: %w", len(msgs), err)
 	}
 	s.outbox.Notify()
-	return len(msgs), nil
+	return staged.Count(), nil
 }
 
 // messagesFor derives the messages of recs. events are the decoded values aligned with recs (nil entries are

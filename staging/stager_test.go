@@ -244,6 +244,59 @@ func TestEventuallyConsistentStagesAfterTheAppend(t *testing.T) {
 	require.Equal(t, 1, e.stagedIDs()[id], "the reconciler staged what the save could not")
 }
 
+// The save path of EventuallyConsistent leaves out the messages of events its reconciler has passed: the
+// reconciler staged them, and cleanup may have forgotten their publication since.
+func TestEventuallyConsistentLeavesOutWhatTheReconcilerPassed(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	ctx := context.Background()
+	r, _ := e.repo(e.store, &Config{Strategy: EventuallyConsistent, Outbox: e.outbox})
+	keyed := func(id string) int64 {
+		return pgtest.Count(t, e.pool, `SELECT count(*) FROM `+pgtest.Q(e.schema, "outbox")+
+			` WHERE partition_key = '`+id+`'`)
+	}
+	_, err := r.Create(ctx, "before", func(o *Order) error { o.Place(1); return nil })
+	require.NoError(t, err)
+	require.Positive(t, keyed("before"), "no reconciler registered yet: nothing is left out")
+
+	require.NoError(t, e.outbox.RegisterWatermarkTx(ctx, e.pool, "reconciler:default", 1<<50))
+	_, err = r.Create(ctx, "passed", func(o *Order) error { o.Place(1); return nil })
+	require.NoError(t, err, "the save succeeds: its events are stored")
+	require.Zero(t, keyed("passed"), "the reconciler is past the event")
+}
+
+// The staging transaction of an EventuallyConsistent save commits without waiting for its WAL flush (the
+// reconciler stages again what a server crash loses); a Transactional save's commit is durable.
+func TestEventuallyConsistentStagingCommitsAsynchronously(t *testing.T) {
+	t.Parallel()
+	base, schema := pgtest.Migrated(t)
+	cfg := base.Config().Copy()
+	cfg.ConnConfig.RuntimeParams["synchronous_commit"] = "on" // test clusters turn it off server-wide
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	e := setupOn(t, pool, schema)
+	ctx := context.Background()
+	seen, fn := pgtest.Q(schema, "commit_modes"), pgtest.Q(schema, "record_commit_mode")
+	pgtest.Exec(t, pool, `CREATE TABLE `+seen+` (key text, mode text)`)
+	pgtest.Exec(t, pool, `CREATE FUNCTION `+fn+`() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN
+			INSERT INTO `+seen+` VALUES (NEW.partition_key, current_setting('synchronous_commit'));
+			RETURN NEW;
+		END $$`)
+	pgtest.Exec(t, pool, `CREATE TRIGGER record_commit_mode AFTER INSERT ON `+pgtest.Q(schema, "outbox")+
+		` FOR EACH ROW EXECUTE FUNCTION `+fn+`()`)
+	for strategy, want := range map[Strategy]string{EventuallyConsistent: "off", Transactional: "on"} {
+		r, _ := e.repo(e.store, &Config{Strategy: strategy, Outbox: e.outbox})
+		_, err := r.Create(ctx, strategy.String(), func(o *Order) error { o.Place(1); return nil })
+		require.NoError(t, err)
+		var mode string
+		require.NoError(t, pool.QueryRow(ctx, `SELECT mode FROM `+seen+` WHERE key = $1`, strategy.String()).
+			Scan(&mode))
+		require.Equal(t, want, mode, strategy.String())
+	}
+}
+
 func TestDeferredStagesNothingOnSave(t *testing.T) {
 	t.Parallel()
 	e := setup(t)

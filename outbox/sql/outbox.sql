@@ -65,6 +65,11 @@ SELECT set_config('plan_cache_mode', 'force_generic_plan', true),
 -- name: lock_key_generic
 SELECT pg_advisory_xact_lock($1), set_config('plan_cache_mode', 'force_generic_plan', true)
 
+-- The commit of a staging transaction that something else repeats when a crash loses it
+-- (StageOptions.AsyncCommit): it does not wait for its WAL to reach disk. Set for that transaction only.
+-- name: async_commit
+SELECT set_config('synchronous_commit', 'off', true)
+
 -- name: stage_save
 SELECT set_config('stagehand.plan_cache_mode', current_setting('plan_cache_mode'), true),
     set_config('stagehand.enable_seqscan', current_setting('enable_seqscan'), true),
@@ -352,6 +357,20 @@ LEFT JOIN LATERAL (
 -- A staged message whose ID may have been staged before (StageOptions.NewIDs false) is skipped when its tenant
 -- already has the ID in the sent ledger or the dead letters for the topic, or pending ({dedup one} and {dedup many}
 -- of stage_one and stage_many).
+-- Staging after a watermark (StageOptions.Watermark, $14): a message whose source position is at or below it is
+-- left out. The watermark's owner has passed its event and staged it itself, and cleanup may have forgotten its
+-- publication since, so staging it again could publish it twice. The transaction has locked the watermark's row
+-- (FOR SHARE, watermark_for_share) before its key locks, so the watermark stays where this reads it until the
+-- staging commits. A watermark not registered yet leaves nothing out. The subquery is uncorrelated: it runs once
+-- per statement.
+-- fragment: after_watermark_one
+  AND ($11::bigint IS NULL
+       OR $11::bigint > coalesce((SELECT w.position FROM {watermarks} w WHERE w.name = $14::text), -1))
+
+-- fragment: after_watermark_many
+  AND (n.source_position IS NULL
+       OR n.source_position > coalesce((SELECT w.position FROM {watermarks} w WHERE w.name = $14::text), -1))
+
 -- fragment: dedup_one
   AND NOT EXISTS (SELECT 1 FROM {sent} s WHERE s.message_id = $1 AND s.topic = $3 AND s.tenant_id = $6)
   AND NOT EXISTS (SELECT 1 FROM {dead} d WHERE d.message_id = $1 AND d.topic = $3 AND d.tenant_id = $6)
