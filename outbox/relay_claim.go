@@ -42,7 +42,7 @@ func (loop *claimLoop) claimer() {
 		// while a claim runs can promote a key's next message after the claim's snapshot, so a claim that ran
 		// beside a mark proves nothing.
 		idleBefore := loop.drain && loop.idle()
-		n, err := loop.claim(claimedAt, limit)
+		n, next, err := loop.claim(claimedAt, limit)
 		if err != nil {
 			if loop.ctx.Err() != nil {
 				return
@@ -73,10 +73,9 @@ func (loop *claimLoop) claimer() {
 			continue
 		}
 		wait := loop.cfg.PollingInterval
-		if err == nil {
-			if next, ok := loop.nextDue(claimedAt); ok {
-				wait = min(wait, max(time.Until(next), time.Millisecond))
-			}
+		if err == nil && next != nil {
+			// Compare on the outbox clock, wait on the real one.
+			wait = min(wait, max(next.Sub(loop.relay.o.now()), time.Millisecond))
 		}
 		poll.Reset(wait)
 		select {
@@ -108,8 +107,12 @@ func (loop *claimLoop) waitIdle() {
 	}
 }
 
-// claim claims up to limit due rows (see queries.claim) and queues them for the workers.
-func (loop *claimLoop) claim(now time.Time, limit int) (n int, err error) {
+// claim claims up to limit due rows (see queries.claim) and queues them for the workers. Outside a drain it also
+// returns when the earliest row not yet due at now falls due (nil: none), asked in the same round trip: a claim
+// that leaves room is followed by a wait, which ends then at the latest. Asking from the claim's instant rather
+// than from the time of the answer keeps a row that fell due in between: it comes back already due, and the
+// claimer claims it at once instead of a poll later.
+func (loop *claimLoop) claim(now time.Time, limit int) (n int, next *time.Time, err error) {
 	start := time.Now()
 	var claimed []*row
 	defer func() {
@@ -126,28 +129,42 @@ func (loop *claimLoop) claim(now time.Time, limit int) (n int, err error) {
 	}
 	b := &pgx.Batch{}
 	b.Queue(loop.db.st.claim, loop.db.fenced(args...)...)
+	if !loop.drain {
+		b.Queue(loop.relay.o.q.nextDue, now, loop.topics)
+	}
 	err = loop.db.exec(loop.ctx, b, func(res pgx.BatchResults) error {
-		rows, err := res.Query()
-		if err != nil {
+		if err := loop.scanClaimed(res, &claimed); err != nil {
 			return err
 		}
-		defer rows.Close()
-		for rows.Next() {
-			rw := &row{}
-			if err := rows.Scan(&rw.rid, &rw.id, &rw.topic, &rw.msgType, &rw.payload, &rw.metadata, &rw.tenant,
-				&rw.correlationID, &rw.causationID, &rw.partitionKey, &rw.seq, &rw.attempts, &rw.createdAt,
-				&rw.scheduledAt); err != nil {
-				return err
-			}
-			claimed = append(claimed, rw)
+		if loop.drain {
+			return nil
 		}
-		return rows.Err()
+		return res.QueryRow().Scan(&next)
 	})
 	if err != nil {
-		return 0, fmt.Errorf("outbox: claim: %w", err)
+		return 0, nil, fmt.Errorf("outbox: claim: %w", err)
 	}
 	loop.flight.add(claimed)
-	return len(claimed), nil
+	return len(claimed), next, nil
+}
+
+// scanClaimed reads the claim's rows.
+func (loop *claimLoop) scanClaimed(res pgx.BatchResults, claimed *[]*row) error {
+	rows, err := res.Query()
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		rw := &row{}
+		if err := rows.Scan(&rw.rid, &rw.id, &rw.topic, &rw.msgType, &rw.payload, &rw.metadata, &rw.tenant,
+			&rw.correlationID, &rw.causationID, &rw.partitionKey, &rw.seq, &rw.attempts, &rw.createdAt,
+			&rw.scheduledAt); err != nil {
+			return err
+		}
+		*claimed = append(*claimed, rw)
+	}
+	return rows.Err()
 }
 
 // runLength is how many messages of one key a claim takes at most: enough for the batch to fill with runs of
@@ -219,20 +236,4 @@ func (loop *claimLoop) sweep() {
 	if tag.RowsAffected() > 0 {
 		loop.cfg.Logger.Debug("stagehand: outbox sweep promoted messages", "count", tag.RowsAffected())
 	}
-}
-
-// nextDue is when the earliest row that was not yet due at the claim at claimedAt falls due. Asking from the
-// claim's instant rather than from now keeps a row that fell due in between: it comes back already due, and the
-// claimer claims it at once instead of a poll later.
-func (loop *claimLoop) nextDue(claimedAt time.Time) (time.Time, bool) {
-	var next *time.Time
-	b := &pgx.Batch{}
-	b.Queue(loop.relay.o.q.nextDue, claimedAt, loop.topics)
-	if err := loop.db.exec(loop.ctx, b, func(res pgx.BatchResults) error {
-		return res.QueryRow().Scan(&next)
-	}); err != nil || next == nil {
-		return time.Time{}, false
-	}
-	// Compare on the outbox clock, wait on the real one.
-	return time.Now().Add(next.Sub(loop.relay.o.now())), true
 }

@@ -202,6 +202,8 @@ WHERE o.ctid = ANY (ARRAY(SELECT ctid FROM picked))
 RETURNING o.id, o.message_id, o.topic, o.message_type, o.payload, o.metadata, o.tenant_id, o.correlation_id,
     o.causation_id, o.partition_key, o.seq, o.attempts, o.created_at, o.scheduled_at
 
+-- When the earliest row not yet due at $1 (the claim's instant) falls due: sent after the claim, in its round trip,
+-- when the relay is not draining (claimLoop.claim).
 -- name: next_due
 SELECT min(next_attempt_at) FROM {outbox}
 WHERE next_attempt_at > $1 AND next_attempt_at < 'infinity' AND ($2::text[] IS NULL OR topic = ANY($2))
