@@ -636,6 +636,76 @@ func TestHungProjection(t *testing.T) {
 	require.Equal(t, health.Healthy, r.Status, "%v", r.Reasons)
 }
 
+// A partition of a partitioned projection that no process has run has no checkpoint, so Status does not list it
+// while its siblings are at the head: the checker reports it, Degraded and then Unhealthy by the inactivity
+// thresholds, until a process runs it.
+func TestUnstartedProjectionPartition(t *testing.T) {
+	t.Parallel()
+	pool, schema := pgtest.Migrated(t)
+	ctx := context.Background()
+	store, err := eventstore.NewPostgres(pool, &eventstore.PostgresConfig{Schema: schema})
+	require.NoError(t, err)
+	t.Cleanup(store.Close)
+	for i := range 6 {
+		_, err := store.Append(ctx, eventstore.AppendRequest{StreamID: fmt.Sprint("o-", i), StreamType: "order",
+			Expected: eventstore.NoStream, Events: []eventstore.EventData{{Type: "order.placed", Payload: []byte(`{}`)}}})
+		require.NoError(t, err)
+	}
+	p, err := projection.New(pool, store, projection.HandlerFunc(func(context.Context, pgx.Tx, projection.Event) error {
+		return nil
+	}), &projection.Config{Name: "orders", Schema: schema, Partitions: 3, PollInterval: 20 * time.Millisecond,
+		LeaseAcquireInterval: 20 * time.Millisecond})
+	require.NoError(t, err)
+	run := func() (stop func()) {
+		runCtx, cancel := context.WithCancel(ctx)
+		done := make(chan error, 1)
+		go func() { done <- p.Run(runCtx) }()
+		return func() { cancel(); <-done }
+	}
+	caughtUp := func() bool {
+		st, err := p.Status(ctx)
+		require.NoError(t, err)
+		if len(st) != 3 {
+			return false
+		}
+		for _, s := range st {
+			if s.Lag != 0 {
+				return false
+			}
+		}
+		return true
+	}
+	stop := run()
+	pgtest.Eventually(t, 10*time.Second, caughtUp, "the projection did not catch up")
+	stop()
+	// Partition 2 as though no process had ever run it.
+	pgtest.Exec(t, pool, `DELETE FROM `+pgtest.Q(schema, "checkpoints")+` WHERE name = 'orders#2/3'`)
+
+	clk := newClock()
+	c := newChecker(t, health.Config{Clock: clk.Now, Projections: p.Status})
+	r := c.Check(ctx)
+	require.Len(t, r.Components, 3)
+	missing := component(t, r, "projection:orders#2/3")
+	require.Equal(t, health.Healthy, missing.Status, "given the inactivity threshold to start")
+	require.EqualValues(t, 6, missing.Follower.Lag)
+	require.Equal(t, health.Healthy, component(t, r, "projection:orders#0/3").Status)
+	clk.Add(2 * time.Minute)
+	r = c.Check(ctx)
+	require.Equal(t, health.Degraded, r.Status, "%v", r.Reasons)
+	clk.Add(3 * time.Minute)
+	r = c.Check(ctx)
+	require.Equal(t, health.Unhealthy, r.Status, "%v", r.Reasons)
+	require.Len(t, r.Reasons, 1)
+	require.Contains(t, r.Reasons[0], "projection:orders#2/3: partition 2 of 3 has no checkpoint")
+
+	stop = run()
+	defer stop()
+	pgtest.Eventually(t, 10*time.Second, caughtUp, "the partition did not catch up once run")
+	r = c.Check(ctx)
+	require.Equal(t, health.Healthy, r.Status, "%v", r.Reasons)
+	require.Equal(t, int64(0), component(t, r, "projection:orders#2/3").Follower.Lag)
+}
+
 // Run samples until its context ends and leaves no goroutine behind; status changes are logged.
 func TestRunStopsWithItsContext(t *testing.T) {
 	pgtest.CheckLeaks(t) // not parallel: the leak check sees every goroutine
