@@ -11,8 +11,7 @@
 //     against its ready messages, and each projection's or worker's position against its lag. A relay that was
 //     stopped with messages pending, a projection handler that hangs, a worker that lost its lease and never got
 //     it back: all show up as work that stopped moving. So does a partition of a partitioned projection that no
-//     process has run: it has no checkpoint, so its projection's Status does not list it, and the checker judges
-//     it from its siblings' layout as a follower standing at position 0 ("projection:name#i/n").
+//     process has run (Status lists it as projection.NotStarted, at position 0).
 //   - Failure rate. Relays built with Checker.RelayHooks feed a sliding window of delivery outcomes: 5 % of
 //     deliveries rejected (or refused by an unreachable broker) make the relay Degraded, 20 % Unhealthy.
 //   - Errors and operator work. A projection that stopped failed, or a component that cannot be read, is

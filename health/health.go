@@ -1,15 +1,11 @@
 package health
 
 import (
-	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
-	"maps"
 	"net/http"
-	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -429,51 +425,6 @@ func (c *Checker) checkProjections(ctx context.Context, now time.Time) []Compone
 			FollowerDetails{State: string(s.State), Position: s.Position, Head: s.Head, Lag: s.Lag,
 				TimeLag: Duration(s.TimeLag), LastError: s.LastError, FailingPosition: s.FailingPosition,
 				Parked: s.Parked}))
-	}
-	return append(out, c.unstartedPartitions(now, sts)...)
-}
-
-// unstartedPartitions judges the partitions of partitioned projections that have no checkpoint: a partition's
-// checkpoint appears when a process first runs it, so one that no process has run (or whose process hangs before
-// its first batch) is not listed by Status at all, while its siblings may well be at the head. Each is judged as a
-// follower that stands at position 0: Degraded, then Unhealthy, once it has had work and no checkpoint for the
-// inactivity thresholds; at a process's start it is given that long.
-func (c *Checker) unstartedPartitions(now time.Time, sts []projection.Status) []Component {
-	type layout struct {
-		base string // the checkpoint name before "#i/n"
-		n    int
-	}
-	ran := map[layout]map[int]bool{}
-	head := map[layout]int64{}
-	for _, s := range sts {
-		base, _, partitioned := strings.Cut(s.Checkpoint, "#")
-		if !partitioned || s.Partitions < 2 {
-			continue
-		}
-		l := layout{base, s.Partitions}
-		if ran[l] == nil {
-			ran[l] = map[int]bool{}
-		}
-		ran[l][s.Partition] = true
-		head[l] = max(head[l], s.Head)
-	}
-	layouts := slices.SortedFunc(maps.Keys(ran), func(a, b layout) int {
-		return cmp.Or(strings.Compare(a.base, b.base), cmp.Compare(a.n, b.n))
-	})
-	var out []Component
-	for _, l := range layouts {
-		for i := range l.n {
-			if ran[l][i] {
-				continue
-			}
-			name := fmt.Sprintf("projection:%s#%d/%d", l.base, i, l.n)
-			v := verdict{name: name}
-			idle := c.followed(name, now, 0, head[l])
-			c.inactive(&v, idle, "partition %d of %d has no checkpoint: no process has run it for %s, "+
-				"%d positions to read", i, l.n, idle.Round(time.Second), head[l])
-			out = append(out, Component{Name: name, Status: v.status, Reasons: v.reasons,
-				Follower: &FollowerDetails{Head: head[l], Lag: head[l], Inactive: Duration(idle)}})
-		}
 	}
 	return out
 }

@@ -636,8 +636,8 @@ func TestHungProjection(t *testing.T) {
 	require.Equal(t, health.Healthy, r.Status, "%v", r.Reasons)
 }
 
-// A partition of a partitioned projection that no process has run has no checkpoint, so Status does not list it
-// while its siblings are at the head: the checker reports it, Degraded and then Unhealthy by the inactivity
+// A partition of a partitioned projection that no process has run has no checkpoint: while its siblings are at the
+// head, the checker reports it (Status lists it as not started), Degraded and then Unhealthy by the inactivity
 // thresholds, until a process runs it.
 func TestUnstartedProjectionPartition(t *testing.T) {
 	t.Parallel()
@@ -696,7 +696,7 @@ func TestUnstartedProjectionPartition(t *testing.T) {
 	r = c.Check(ctx)
 	require.Equal(t, health.Unhealthy, r.Status, "%v", r.Reasons)
 	require.Len(t, r.Reasons, 1)
-	require.Contains(t, r.Reasons[0], "projection:orders#2/3: partition 2 of 3 has no checkpoint")
+	require.Contains(t, r.Reasons[0], "projection:orders#2/3: not-started, 6 positions behind")
 
 	stop = run()
 	defer stop()

@@ -134,6 +134,51 @@ func TestConcurrentWritersCommittingAndAbortingOutOfOrder(t *testing.T) {
 	w.requireOnce(t, "rm", positions)
 }
 
+// A partition that no process has run has no checkpoint; Status lists it anyway, as NotStarted at position 0, so
+// its siblings at the head never make the projection look caught up (to a health check, the CLI's rebuild --wait
+// or the console).
+func TestStatusListsPartitionsThatNeverRan(t *testing.T) {
+	t.Parallel()
+	w := setup(t)
+	// A handler that can apply an event again: the partition whose checkpoint goes reads the log from the start.
+	noop := projection.HandlerFunc(func(context.Context, pgx.Tx, projection.Event) error { return nil })
+	p := w.newProjection(t, noop, projection.Config{Partitions: 3, BatchSize: 16})
+	stop := start(t, p)
+	w.seed(t, w.store, 6, 2)
+	pgtest.Eventually(t, 15*time.Second, caughtUp(t, w, p), "catch-up")
+	require.NoError(t, stop())
+	pgtest.Exec(t, w.pool, `DELETE FROM `+pgtest.Q(w.schema, "checkpoints")+` WHERE name = 'accounts#1/3'`)
+
+	st, err := p.Status(context.Background())
+	require.NoError(t, err)
+	require.Len(t, st, 3)
+	for i, s := range st {
+		require.Equal(t, fmt.Sprintf("accounts#%d/3", i), s.Checkpoint, "ordered by checkpoint")
+		require.Equal(t, "accounts", s.Projection)
+		require.Equal(t, i, s.Partition)
+		require.Equal(t, 3, s.Partitions)
+	}
+	missing := st[1]
+	require.Equal(t, projection.NotStarted, missing.State)
+	require.Zero(t, missing.Position)
+	require.Positive(t, missing.Head)
+	require.Equal(t, missing.Head, missing.Lag)
+	require.Zero(t, st[0].Lag)
+	all, err := projection.ListStatus(context.Background(), w.pool, w.store, w.schema)
+	require.NoError(t, err)
+	require.Len(t, all, 3, "ListStatus lists it too")
+	require.Equal(t, "accounts#1/3", all[1].Checkpoint)
+	require.Equal(t, projection.NotStarted, all[1].State)
+	require.False(t, caughtUp(t, w, p)())
+
+	stop = start(t, p)
+	pgtest.Eventually(t, 15*time.Second, caughtUp(t, w, p), "the partition runs and catches up")
+	require.NoError(t, stop())
+	st, err = p.Status(context.Background())
+	require.NoError(t, err)
+	require.NotEqual(t, projection.NotStarted, st[1].State)
+}
+
 func TestPartitionedModeKeepsStreamOrderAndAppliesEachEventOnce(t *testing.T) {
 	t.Parallel()
 	w := setup(t)

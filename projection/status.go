@@ -3,6 +3,7 @@ package projection
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -21,6 +22,9 @@ const (
 	Stopped State = "stopped"
 	// Failed: it stopped because an event exhausted its attempts in Stop mode; LastError says why.
 	Failed State = "failed"
+	// NotStarted: a partition that no process has run yet, so it has no checkpoint. Status lists it beside the
+	// partitions of its projection that have one (at Position 0), so they never look caught up without it.
+	NotStarted State = "not-started"
 )
 
 // Status describes one projection checkpoint (one partition in partitioned mode). Everything in it is read from
@@ -94,14 +98,53 @@ func listStatus(ctx context.Context, db DB, store eventstore.Store, schema, name
 			s.Partition, _ = strconv.Atoi(i)
 			s.Partitions, _ = strconv.Atoi(n)
 		}
-		if store != nil {
-			lag, err := logfollow.LagAt(ctx, store, c.Position, now())
-			if err != nil {
-				return nil, fmt.Errorf("projection: status of %s: %w", c.Name, err)
-			}
-			s.Head, s.Lag, s.TimeLag = lag.Head, lag.Events, lag.Time
-		}
 		out = append(out, s)
 	}
+	out = withUnstarted(out)
+	if store != nil {
+		for i := range out {
+			lag, err := logfollow.LagAt(ctx, store, out[i].Position, now())
+			if err != nil {
+				return nil, fmt.Errorf("projection: status of %s: %w", out[i].Checkpoint, err)
+			}
+			out[i].Head, out[i].Lag, out[i].TimeLag = lag.Head, lag.Events, lag.Time
+		}
+	}
 	return out, nil
+}
+
+// withUnstarted adds, for every partitioned projection in sts, the partitions of its layout that have no
+// checkpoint (NotStarted, at position 0): a partition's checkpoint appears when a process first runs it. sts stays
+// ordered by checkpoint name.
+func withUnstarted(sts []Status) []Status {
+	type layout struct {
+		projection, base string // base: the checkpoint name before "#i/n"
+		n                int
+	}
+	ran := map[layout]map[int]bool{}
+	for _, s := range sts {
+		base, _, partitioned := strings.Cut(s.Checkpoint, "#")
+		if !partitioned || s.Partitions < 2 {
+			continue
+		}
+		l := layout{s.Projection, base, s.Partitions}
+		if ran[l] == nil {
+			ran[l] = map[int]bool{}
+		}
+		ran[l][s.Partition] = true
+	}
+	added := false
+	for l, parts := range ran {
+		for i := range l.n {
+			if !parts[i] {
+				sts = append(sts, Status{Projection: l.projection, Checkpoint: checkpointName(l.base, i, l.n),
+					Partition: i, Partitions: l.n, State: NotStarted})
+				added = true
+			}
+		}
+	}
+	if added {
+		slices.SortStableFunc(sts, func(a, b Status) int { return strings.Compare(a.Checkpoint, b.Checkpoint) })
+	}
+	return sts
 }

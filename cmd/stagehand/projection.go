@@ -91,8 +91,9 @@ func (a *app) projectionStatusCommand() *cobra.Command {
 	return &cobra.Command{
 		Use:   "status [NAME]",
 		Short: "Show every projection's state, position, lag and errors",
-		Long: `Show every projection checkpoint (one per partition): state (running, stopped, failed), position, the
-head of the log and the lag behind it (in positions and in time), parked events, a pending rebuild, the last error.`,
+		Long: `Show every projection checkpoint (one per partition): state (running, stopped, failed, or not-started for a
+partition no process has run yet), position, the head of the log and the lag behind it (in positions and in time),
+parked events, a pending rebuild, the last error.`,
 		Example: `  stagehand projection status
   stagehand projection status balances --json`,
 		Args: cobra.MaximumNArgs(1),
