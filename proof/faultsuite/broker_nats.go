@@ -55,35 +55,58 @@ func startNATS(ctx context.Context, cfg Config, size int, logger *slog.Logger) (
 		_ = os.RemoveAll(dir)
 		return nil, err
 	}
+	// The ports are free when drawn, but another process may bind one before the node does (the CI runs other
+	// packages' servers and connections beside the suite), and the node then never becomes ready: start the
+	// nodes again on other ports, in fresh directories.
+	for attempt := 1; ; attempt++ {
+		err := b.startNodes(ctx, size, filepath.Join(dir, fmt.Sprintf("attempt%d", attempt)))
+		if err == nil {
+			break
+		}
+		for _, n := range b.nodes {
+			n.stop()
+		}
+		b.nodes = nil
+		if attempt == 3 || ctx.Err() != nil {
+			_ = b.stop()
+			return nil, err
+		}
+		logger.Warn("faultsuite: NATS did not start; trying other ports", "attempt", attempt, "error", err)
+	}
+	return b, nil
+}
+
+// startNodes draws free ports for size nodes whose stores are under dir and starts them together (a cluster node
+// waits for its peers).
+func (b *natsBroker) startNodes(ctx context.Context, size int, dir string) error {
 	var routes []int
 	for i := range size {
 		n := natsjs.Node{Name: fmt.Sprintf("n%d", i+1), Dir: filepath.Join(dir, fmt.Sprintf("n%d", i+1))}
+		var err error
 		if n.Port, err = freePort(); err != nil {
-			_ = os.RemoveAll(dir)
-			return nil, err
+			return err
 		}
 		if size > 1 {
 			n.Cluster = "faults"
 			if n.ClusterPort, err = freePort(); err != nil {
-				_ = os.RemoveAll(dir)
-				return nil, err
+				return err
 			}
 			routes = append(routes, n.ClusterPort)
 		}
-		b.nodes = append(b.nodes, &natsNodeProcess{node: n, command: cfg.ChildCommand, logger: logger})
+		b.nodes = append(b.nodes, &natsNodeProcess{node: n, command: b.cfg.ChildCommand, logger: b.logger})
 	}
 	errs := make(chan error, size)
 	for _, n := range b.nodes {
 		n.node.Routes = routes
-		go func() { errs <- n.start(ctx) }() // a cluster node waits for its peers: start them together
+		go func() { errs <- n.start(ctx) }()
 	}
+	var first error
 	for range size {
-		if err := <-errs; err != nil {
-			_ = b.stop()
-			return nil, err
+		if err := <-errs; err != nil && first == nil {
+			first = err
 		}
 	}
-	return b, nil
+	return first
 }
 
 func (b *natsBroker) describe() string {

@@ -53,37 +53,23 @@ func TestUnavailableKnowsAStreamWithoutALeader(t *testing.T) {
 }
 
 func testWithoutALeader(t *testing.T, leaderSurvives bool) {
-	logger := slog.New(slog.DiscardHandler)
-	var routes []int
-	nodes := make([]Node, 3)
-	for i := range nodes {
-		nodes[i] = Node{Name: fmt.Sprintf("n%d", i+1), Port: freePort(t), Dir: t.TempDir(), Cluster: "natsjs-test",
-			ClusterPort: freePort(t)}
-		routes = append(routes, nodes[i].ClusterPort)
-	}
-	servers := make(chan *server.Server, len(nodes))
-	for _, n := range nodes {
-		n.Routes = routes
-		go func() {
-			srv, err := StartNode(n, logger)
-			if err != nil {
-				t.Error(err)
-			}
-			servers <- srv
-		}()
-	}
-	running := map[string]*server.Server{}
-	for range nodes {
-		if srv := <-servers; srv != nil {
-			running[srv.Name()] = srv
+	var (
+		nodes   []Node
+		running map[string]*server.Server
+	)
+	// The ports are free when drawn, but another process may bind one before the node does (the CI runs other
+	// packages' servers and connections beside this test), and the node then never becomes ready: start the
+	// cluster again on other ports.
+	for attempt := 1; ; attempt++ {
+		nodes, running = startCluster(t)
+		if len(running) == len(nodes) || attempt == 3 {
+			break
 		}
+		t.Logf("attempt %d: %d of %d nodes started; starting the cluster again on other ports", attempt,
+			len(running), len(nodes))
+		stopAll(running)
 	}
-	defer func() {
-		for _, s := range running {
-			s.Shutdown()
-			s.WaitForShutdown()
-		}
-	}()
+	defer stopAll(running)
 	require.Len(t, running, 3)
 	urls := ""
 	for _, n := range nodes {
@@ -144,6 +130,45 @@ func testWithoutALeader(t *testing.T, leaderSurvives bool) {
 	require.Error(t, errLegacy)
 	require.True(t, Unavailable(errLegacy), "legacy JetStream API: %v", errLegacy)
 	t.Logf("no leader, %s survived: jetstream package %q, legacy API %q", survivor.Name(), errNew, errLegacy)
+}
+
+// startCluster starts a 3-node cluster on ports free when drawn, and returns its nodes and the servers that
+// became ready, by name.
+func startCluster(t *testing.T) ([]Node, map[string]*server.Server) {
+	logger := slog.New(slog.DiscardHandler)
+	var routes []int
+	nodes := make([]Node, 3)
+	for i := range nodes {
+		nodes[i] = Node{Name: fmt.Sprintf("n%d", i+1), Port: freePort(t), Dir: t.TempDir(), Cluster: "natsjs-test",
+			ClusterPort: freePort(t)}
+		routes = append(routes, nodes[i].ClusterPort)
+	}
+	servers := make(chan *server.Server, len(nodes))
+	for i := range nodes {
+		nodes[i].Routes = routes
+		go func(n Node) {
+			srv, err := StartNode(n, logger)
+			if err != nil {
+				t.Logf("node %s: %v", n.Name, err)
+			}
+			servers <- srv
+		}(nodes[i])
+	}
+	running := map[string]*server.Server{}
+	for range nodes {
+		if srv := <-servers; srv != nil {
+			running[srv.Name()] = srv
+		}
+	}
+	return nodes, running
+}
+
+// stopAll shuts the servers down and waits for them.
+func stopAll(servers map[string]*server.Server) {
+	for _, s := range servers {
+		s.Shutdown()
+		s.WaitForShutdown()
+	}
 }
 
 func freePort(t *testing.T) int {
