@@ -56,6 +56,9 @@ type process struct {
 // Start starts a node and waits until it accepts AMQP connections (at most two minutes: a node boots in 5-10 s
 // on a quiet machine). logger receives the node's warnings and errors (nil: discarded). Stop it when done; should
 // this process die first, a watchdog process kills the node and removes its directory.
+//
+// The node's ports are free when drawn, but another process may bind one before the node does; a node that fails
+// to start is started again on other ports, three times at most.
 func Start(ctx context.Context, logger *slog.Logger) (*Node, error) {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
@@ -64,6 +67,17 @@ func Start(ctx context.Context, logger *slog.Logger) (*Node, error) {
 	if err != nil {
 		return nil, err
 	}
+	for attempt := 1; ; attempt++ {
+		n, err := start(ctx, script, logger)
+		if err == nil || attempt == 3 || ctx.Err() != nil {
+			return n, err
+		}
+		logger.Warn("rabbitmq: the node did not start; trying other ports", "attempt", attempt, "error", err)
+	}
+}
+
+// start starts a node with the server script on ports drawn free.
+func start(ctx context.Context, script string, logger *slog.Logger) (*Node, error) {
 	dir, err := os.MkdirTemp("", "stagehand-rabbitmq-")
 	if err != nil {
 		return nil, fmt.Errorf("rabbitmq: node directory: %w", err)
