@@ -21,6 +21,9 @@ import (
 // message can record why it failed (Watermill's Nack carries no error).
 type delivery struct {
 	row *row
+	// timer is the delivering worker's ack-deadline timer, stopped between deliveries (one per worker rather than
+	// one per message); nil: viaChannel makes its own.
+	timer *time.Timer
 
 	mu  sync.Mutex
 	err error
@@ -78,7 +81,12 @@ func (d *delivery) viaChannel(ctx context.Context, out chan<- *message.Message, 
 	case <-ctx.Done():
 		return outcome{kind: Released}
 	}
-	timer := time.NewTimer(deadline)
+	timer := d.timer
+	if timer == nil {
+		timer = time.NewTimer(deadline)
+	} else {
+		timer.Reset(deadline)
+	}
 	defer timer.Stop()
 	select {
 	case <-msg.Acked():

@@ -143,6 +143,7 @@ func (r *row) info() Delivery {
 // headers.
 func (r *row) watermillMessage() *message.Message {
 	msg := message.NewMessage(r.id, r.payload)
+	msg.Metadata = make(message.Metadata, len(r.metadata)+5) // room for the headers below, allocated once
 	maps.Copy(msg.Metadata, r.metadata)
 	if r.msgType != "" {
 		msg.Metadata.Set(stagehand.HeaderMessageType, r.msgType)

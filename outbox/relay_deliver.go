@@ -10,18 +10,20 @@ type outcome struct {
 // worker delivers units, one row at a time, until the loop ends.
 func (loop *claimLoop) worker() {
 	ready := func() bool { return loop.pause.wait(loop.ctx) }
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
 	for {
 		u := loop.flight.take(loop.ctx, ready)
 		if u == nil {
 			return
 		}
-		loop.deliverUnit(u)
+		loop.deliverUnit(u, timer)
 	}
 }
 
 // deliverUnit delivers u's rows in order, and stops at a row whose delivery leaves the rest to wait (a backoff, a
-// dead letter holding the key, an unreachable broker, the loop ending).
-func (loop *claimLoop) deliverUnit(u *unit) {
+// dead letter holding the key, an unreachable broker, the loop ending). timer is the worker's ack-deadline timer.
+func (loop *claimLoop) deliverUnit(u *unit, timer *time.Timer) {
 	for {
 		if loop.ctx.Err() != nil {
 			return // closing: releaseAll gives the rest back
@@ -33,7 +35,7 @@ func (loop *claimLoop) deliverUnit(u *unit) {
 		if rw == nil {
 			return
 		}
-		d := &delivery{row: rw}
+		d := &delivery{row: rw, timer: timer}
 		start := time.Now()
 		dctx, span := loop.relay.tel.startPublish(loop.ctx, rw)
 		out := loop.classify(loop.deliver(dctx, d))

@@ -2,6 +2,7 @@ package outbox
 
 import (
 	"context"
+	"maps"
 	"sync"
 
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -36,8 +37,9 @@ func (r *Relay) AddToRouter(router *message.Router, pub message.Publisher, cfg *
 	var h message.HandlerFunc = func(msg *message.Message) ([]*message.Message, error) {
 		topic, _ := DestinationTopic(msg)
 		out := message.NewMessage(msg.UUID, msg.Payload)
-		for k, v := range msg.Metadata {
-			out.Metadata.Set(k, v)
+		out.Metadata = maps.Clone(msg.Metadata)
+		if out.Metadata == nil {
+			out.Metadata = message.Metadata{}
 		}
 		out.SetContext(msg.Context())
 		return nil, pub.Publish(topic, out)
