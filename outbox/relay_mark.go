@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // maxMark caps the rows of one mark statement, so a burst of acks cannot turn into one statement that holds up the
@@ -117,21 +118,28 @@ func (loop *claimLoop) mark(batch []int64, keys []tenantKey) (err error) {
 		defer func() { h(ctx, len(batch), time.Since(start), err) }()
 	}
 	now := loop.relay.o.now()
-	b := &pgx.Batch{}
-	b.Queue(loop.db.st.mark, loop.db.fenced(batch, loop.db.owner, now)...)
-	if len(keys) > 0 {
-		loop.relay.o.queuePromote(b, keys, now)
+	run := func(mark string) (int64, error) {
+		b := &pgx.Batch{}
+		b.Queue(mark, loop.db.fenced(batch, loop.db.owner, now)...)
+		if len(keys) > 0 {
+			loop.relay.o.queuePromote(b, keys, now)
+		}
+		return loop.db.written(ctx, "mark sent", b, func(res pgx.BatchResults) error {
+			if len(keys) == 0 {
+				return nil
+			}
+			locked, err := lockedKeys(res, keys)
+			if err == nil {
+				loop.promos.later(keys, locked)
+			}
+			return err
+		})
 	}
-	marked, err := loop.db.written(ctx, "mark sent", b, func(res pgx.BatchResults) error {
-		if len(keys) == 0 {
-			return nil
-		}
-		locked, err := lockedKeys(res, keys)
-		if err == nil {
-			loop.promos.later(keys, locked)
-		}
-		return err
-	})
+	marked, err := run(loop.db.st.mark)
+	if inLedger(err) {
+		// Some of the rows were in the ledger already; the failed mark changed nothing (one transaction).
+		marked, err = run(loop.db.st.markDedup)
+	}
 	if err != nil {
 		if errors.Is(err, ErrFenced) {
 			return err
@@ -144,6 +152,12 @@ func (loop *claimLoop) mark(batch []int64, keys []tenantKey) (err error) {
 			"count", lost)
 	}
 	return nil
+}
+
+// inLedger reports whether err is a mark's insert into the ledger meeting a message already there.
+func inLedger(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "23505" && pgErr.TableName == "outbox_sent"
 }
 
 // retryPromotions promotes the keys whose promotion was skipped, and reports whether some are still waiting.

@@ -196,7 +196,9 @@ func (q *queries) stagingStatements(events string, partitioned bool) (stagingSta
 // not, and claiming every due row or one partition's.
 type relayStatements struct {
 	claim, mark, fail, release, unreachable, extend, deadLetter string
-	fenced, partitioned                                         bool
+	// markDedup is mark for rows some of which may be in the ledger already (see the mark statement).
+	markDedup           string
+	fenced, partitioned bool
 }
 
 // Partition hash expressions. They must match outbox_due_idx (migration 024) exactly, or partitioned
@@ -218,11 +220,15 @@ const (
 func (q *queries) relay(fenced bool, partitioned bool, by PartitionBy) (relayStatements, error) {
 	st := relayStatements{fenced: fenced, partitioned: partitioned}
 	var err error
-	build := func(field *string, name string, ownArgs int, claim bool) {
+	build := func(field *string, name string, ownArgs int, claim bool, extra ...string) {
 		if err != nil {
 			return
 		}
-		mode := map[string]string{"fence,": "", "with fence": "", "fenced": "", "takeover": "", "partition": ""}
+		mode := map[string]string{"fence,": "", "with fence": "", "fenced": "", "takeover": "", "partition": "",
+			"on conflict": ""}
+		for i := 0; i+1 < len(extra); i += 2 {
+			mode[extra[i]] = extra[i+1]
+		}
 		if claim && partitioned {
 			hash := keyHash
 			if by == PartitionByTenant {
@@ -243,6 +249,7 @@ func (q *queries) relay(fenced bool, partitioned bool, by PartitionBy) (relaySta
 	}
 	build(&st.claim, "claim", 7, true)
 	build(&st.mark, "mark", 3, false)
+	build(&st.markDedup, "mark", 3, false, "on conflict", "\nON CONFLICT (message_id, topic, tenant_id) DO NOTHING")
 	build(&st.fail, "fail", 4, false)
 	build(&st.release, "release", 4, false)
 	build(&st.unreachable, "unreachable", 4, false)

@@ -208,15 +208,17 @@ RETURNING o.id, o.message_id, o.topic, o.message_type, o.payload, o.metadata, o.
 SELECT min(next_attempt_at) FROM {outbox}
 WHERE next_attempt_at > $1 AND next_attempt_at < 'infinity' AND ($2::text[] IS NULL OR topic = ANY($2))
 
--- Mark: move published rows still leased by this relay into the ledger, in one statement.
+-- Mark: move published rows still leased by this relay into the ledger, in one statement. {on conflict} is empty in
+-- the mark the relay runs first, and "ON CONFLICT ... DO NOTHING" in the one it runs again when that mark fails on
+-- the ledger's key (claimLoop.mark): a message already in the ledger is rare (a re-staging that raced its first
+-- mark), and a speculative insertion per row cost the mark a quarter of its time (12 against 15-19 µs a row).
 -- name: mark
 WITH {fence,}done AS (
     DELETE FROM {outbox} WHERE id = ANY($1) AND lease_owner = $2{fenced}
     RETURNING message_id, tenant_id, topic, message_type, source_position, attempts, created_at
 )
 INSERT INTO {sent} (message_id, tenant_id, topic, message_type, source_position, attempts, created_at, sent_at)
-SELECT message_id, tenant_id, topic, message_type, source_position, attempts + 1, created_at, $3 FROM done
-ON CONFLICT (message_id, topic, tenant_id) DO NOTHING
+SELECT message_id, tenant_id, topic, message_type, source_position, attempts + 1, created_at, $3 FROM done{on conflict}
 
 -- Fail: count a rejected attempt and back the row off.
 -- name: fail
