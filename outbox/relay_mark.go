@@ -69,7 +69,8 @@ func (loop *claimLoop) markAcknowledged() {
 	defer retry.Stop()
 	for {
 		if batch := loop.marks.take(); len(batch) > 0 {
-			if err := loop.mark(rowIDs(batch), endedRuns(batch)); errors.Is(err, ErrFenced) {
+			promoted, err := loop.mark(rowIDs(batch), endedRuns(batch))
+			if errors.Is(err, ErrFenced) {
 				// logged by checkFence; the rows stay for the new leader
 			} else if err != nil {
 				loop.cfg.Logger.Warn("stagehand: outbox could not mark messages sent; their leases will lapse and "+
@@ -79,7 +80,13 @@ func (loop *claimLoop) markAcknowledged() {
 			}
 			loop.flight.forget(batch...)
 			loop.marks.marked()
-			signal(loop.flight.wake)
+			if promoted > 0 || err != nil {
+				// Messages fell due (or may have: the claimer looks). A mark that promoted nothing made nothing
+				// claimable: the rows it removed were this loop's, and new rows come with their own wake-up or
+				// poll. Waking the claimer after every mark doubled the claims at moderate rates (one that found
+				// nothing per message), each costing a round trip and an implicit transaction.
+				signal(loop.flight.wake)
+			}
 			signal(loop.flight.room)
 			continue
 		}
@@ -109,8 +116,8 @@ func endedRuns(rows []*row) []tenantKey {
 }
 
 // mark moves acknowledged rows to the ledger and promotes the next message of keys, in one implicit transaction
-// (one round trip).
-func (loop *claimLoop) mark(batch []int64, keys []tenantKey) (err error) {
+// (one round trip), and returns how many messages the promotion made due.
+func (loop *claimLoop) mark(batch []int64, keys []tenantKey) (promoted int64, err error) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(loop.ctx), 30*time.Second)
 	defer cancel()
 	if h := loop.cfg.Hooks.Marked; h != nil {
@@ -129,9 +136,12 @@ func (loop *claimLoop) mark(batch []int64, keys []tenantKey) (err error) {
 				return nil
 			}
 			locked, err := lockedKeys(res, keys)
-			if err == nil {
-				loop.promos.later(keys, locked)
+			if err != nil {
+				return err
 			}
+			loop.promos.later(keys, locked)
+			tag, err := res.Exec()
+			promoted = tag.RowsAffected()
 			return err
 		})
 	}
@@ -142,16 +152,16 @@ func (loop *claimLoop) mark(batch []int64, keys []tenantKey) (err error) {
 	}
 	if err != nil {
 		if errors.Is(err, ErrFenced) {
-			return err
+			return 0, err
 		}
-		return fmt.Errorf("outbox: mark sent: %w", err)
+		return 0, fmt.Errorf("outbox: mark sent: %w", err)
 	}
 	loop.tally.add(func(r *DrainResult) { r.Published += len(batch) })
 	if lost := len(batch) - int(marked); lost > 0 {
 		loop.cfg.Logger.Debug("stagehand: outbox lost leases before marking; another relay will publish again",
 			"count", lost)
 	}
-	return nil
+	return promoted, nil
 }
 
 // inLedger reports whether err is a mark's insert into the ledger meeting a message already there.

@@ -2,6 +2,8 @@ package outbox_test
 
 import (
 	"context"
+	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -54,4 +56,57 @@ func TestMarkOfMessagesAlreadyInTheLedger(t *testing.T) {
 	res, err = r.Drain(ctx, b)
 	require.NoError(t, err)
 	require.Zero(t, res.Published, "nothing is published again")
+}
+
+// The claimer claims when something may have fallen due: a wake-up for a staged message, a poll, a mark that
+// promoted a key's next message. A mark that promoted nothing does not wake it: at moderate rates that made a
+// second, empty claim (a round trip and a transaction) per message.
+func TestMarkWakesTheClaimerOnlyWhenItPromoted(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	ctx := context.Background()
+	var claims, empty atomic.Int64
+	r := e.relay(func(c *outbox.RelayConfig) {
+		c.PollingInterval = time.Minute // no poll during the test: every claim below follows a wake-up
+		c.Hooks.Claimed = func(_ context.Context, rows int, _ time.Duration, _ error) {
+			claims.Add(1)
+			if rows == 0 {
+				empty.Add(1)
+			}
+		}
+	})
+	b := newBroker()
+	runRouter(t, r, b, nil)
+	waitPublished := func(n int) {
+		t.Helper()
+		require.Eventually(t, func() bool { return len(b.snapshot()) >= n }, 10*time.Second, time.Millisecond)
+	}
+
+	// Messages one at a time, each on a key of its own (a mark with a promotion that finds nothing parked).
+	const n = 20
+	start := claims.Load()
+	for i := range n {
+		_, err := e.ob.Stage(ctx, outbox.Message{ID: fmt.Sprintf("alone-%d", i), Topic: "alone",
+			PartitionKey: fmt.Sprintf("k%d", i), Payload: []byte("{}")})
+		require.NoError(t, err)
+		waitPublished(i + 1)
+		require.Eventually(t, func() bool { return e.count("outbox") == 0 }, 10*time.Second, time.Millisecond)
+	}
+	got := claims.Load() - start
+	require.LessOrEqual(t, got, int64(n+2), "one claim per staged message (%d empty)", empty.Load())
+
+	// A key's second message, staged while the first is being delivered, is parked behind it; the mark of the
+	// first promotes it, and the claimer claims it then, not at a poll a minute later.
+	b.mu.Lock()
+	b.hold = 300 * time.Millisecond
+	b.mu.Unlock()
+	_, err := e.ob.Stage(ctx, outbox.Message{ID: "pair-1", Topic: "pair", PartitionKey: "pair", Payload: []byte("{}")})
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return e.count("outbox", "lease_owner IS NOT NULL") == 1 }, 10*time.Second,
+		time.Millisecond)
+	_, err = e.ob.Stage(ctx, outbox.Message{ID: "pair-2", Topic: "pair", PartitionKey: "pair", Payload: []byte("{}")})
+	require.NoError(t, err)
+	require.EqualValues(t, 1, e.count("outbox", "next_attempt_at = 'infinity'"), "the second waits behind the first")
+	waitPublished(n + 2)
+	require.Equal(t, "pair-2", b.snapshot()[n+1].id)
 }
