@@ -171,25 +171,22 @@ func (t *relayTelemetry) claimed(ctx context.Context, start time.Time, took time
 }
 
 // startPublish starts the publish span of a delivery, as a child of the trace context in the row's metadata. The
-// returned context carries it; the delivery injects it into the message it hands over. The span's attributes are
-// set only when it records: a relay publishes tens of thousands of messages a second, and building them for a span
-// that is dropped (no tracer provider installed, or a sampler that said no) was a tenth of its CPU time.
+// returned context carries it; the delivery injects it into the message it hands over. The attributes go in at the
+// start, so a sampler can decide on them.
 func (t *relayTelemetry) startPublish(ctx context.Context, rw *row) (context.Context, trace.Span) {
 	ctx = telemetry.Extract(ctx, rw.metadata)
-	ctx, span := t.tracer.Start(ctx, telemetry.SpanRelayPublish, trace.WithSpanKind(trace.SpanKindProducer))
-	if span.IsRecording() {
-		span.SetAttributes(telemetry.AttrMessageID.String(rw.id), telemetry.AttrTopic.String(rw.topic),
-			telemetry.AttrTenant.String(rw.tenant))
-		if rw.msgType != "" {
-			span.SetAttributes(telemetry.AttrMessageType.String(rw.msgType))
-		}
+	attrs := []attribute.KeyValue{telemetry.AttrMessageID.String(rw.id), telemetry.AttrTopic.String(rw.topic),
+		telemetry.AttrTenant.String(rw.tenant)}
+	if rw.msgType != "" {
+		attrs = append(attrs, telemetry.AttrMessageType.String(rw.msgType))
 	}
-	return ctx, span
+	return t.tracer.Start(ctx, telemetry.SpanRelayPublish, trace.WithSpanKind(trace.SpanKindProducer),
+		trace.WithAttributes(attrs...))
 }
 
 // published ends a delivery's span and counts a publication.
 func (t *relayTelemetry) published(ctx context.Context, span trace.Span, rw *row, out outcome) {
-	if span.IsRecording() {
+	if span.IsRecording() { // the outcome is known only now; building it for a dropped span costs every delivery
 		span.SetAttributes(telemetry.AttrOutcome.String(out.kind.String()))
 	}
 	switch out.kind {

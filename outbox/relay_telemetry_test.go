@@ -3,6 +3,7 @@ package outbox_test
 import (
 	"context"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -162,4 +163,49 @@ func TestRelayTelemetry(t *testing.T) {
 	setupOn(t, e.pool, e.schema, &outbox.Config{MeterProvider: mp2}).relay(nil)
 	pending = metricsOf(t, reader2)[telemetry.MetricOutboxPending].(metricdata.Gauge[int64])
 	require.Equal(t, int64(1), pending.DataPoints[0].Value)
+}
+
+// attrSampler records the attributes a sampler is given for each publish span, and samples nothing.
+type attrSampler struct {
+	mu   sync.Mutex
+	seen []map[string]string
+}
+
+func (s *attrSampler) ShouldSample(p sdktrace.SamplingParameters) sdktrace.SamplingResult {
+	if p.Name == telemetry.SpanRelayPublish {
+		m := map[string]string{}
+		for _, kv := range p.Attributes {
+			m[string(kv.Key)] = kv.Value.Emit()
+		}
+		s.mu.Lock()
+		s.seen = append(s.seen, m)
+		s.mu.Unlock()
+	}
+	return sdktrace.SamplingResult{Decision: sdktrace.Drop}
+}
+
+func (s *attrSampler) Description() string { return "attrSampler" }
+
+// A sampler deciding on a publish span sees its message's attributes: they go in when the span starts, not only
+// on spans that record.
+func TestPublishSpanAttributesReachTheSampler(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	ctx := context.Background()
+	sampler := &attrSampler{}
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSampler(sampler))
+	t.Cleanup(func() { _ = tp.Shutdown(ctx) })
+	_, err := e.ob.Stage(ctx, outbox.Message{ID: "sampled-1", Topic: "sampled", Type: "test.Sampled",
+		Payload: []byte("{}")})
+	require.NoError(t, err)
+	r := e.relay(func(c *outbox.RelayConfig) { c.TracerProvider = tp })
+	res, err := r.Drain(ctx, newBroker())
+	require.NoError(t, err)
+	require.Equal(t, 1, res.Published)
+	sampler.mu.Lock()
+	defer sampler.mu.Unlock()
+	require.Len(t, sampler.seen, 1)
+	require.Equal(t, "sampled-1", sampler.seen[0][string(telemetry.AttrMessageID)])
+	require.Equal(t, "sampled", sampler.seen[0][string(telemetry.AttrTopic)])
+	require.Equal(t, "test.Sampled", sampler.seen[0][string(telemetry.AttrMessageType)])
 }
