@@ -67,7 +67,7 @@ func TestSmoke(t *testing.T) {
 	res, err := e2ebench.Run(ctx, e2ebench.Config{URL: url, Schema: schema,
 		Saturation: 500 * time.Millisecond, SaturationRounds: 1, SaturationWorkers: 4,
 		Paced: 500 * time.Millisecond, Fractions: []float64{0.5}, PacedWorkers: 8,
-		Warmup: 100 * time.Millisecond, DrainTimeout: 30 * time.Second, Progress: testWriter{t}})
+		Warmup: 100 * time.Millisecond, WarmupSaturation: 200 * time.Millisecond, DrainTimeout: 30 * time.Second, Progress: testWriter{t}})
 	require.NoError(t, err)
 	t.Log("\n" + res.String())
 	require.NoError(t, res.Check())
