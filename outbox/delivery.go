@@ -87,7 +87,7 @@ func (d *delivery) viaChannel(ctx context.Context, out chan<- *message.Message, 
 	} else {
 		timer.Reset(deadline)
 	}
-	defer timer.Stop()
+	defer stopTimer(timer)
 	select {
 	case <-msg.Acked():
 		return outcome{kind: Published}
@@ -101,6 +101,17 @@ func (d *delivery) viaChannel(ctx context.Context, out chan<- *message.Message, 
 			return outcome{kind: Published}
 		default:
 			return outcome{kind: Released}
+		}
+	}
+}
+
+// stopTimer stops t and empties its channel, so a reused timer never hands its next delivery a deadline that
+// fired during this one (with Go 1.23's timers Stop alone does that; with asynctimerchan=1 it does not).
+func stopTimer(t *time.Timer) {
+	if !t.Stop() {
+		select {
+		case <-t.C:
+		default:
 		}
 	}
 }
