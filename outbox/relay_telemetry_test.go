@@ -175,7 +175,7 @@ func (s *attrSampler) ShouldSample(p sdktrace.SamplingParameters) sdktrace.Sampl
 	if p.Name == telemetry.SpanRelayPublish {
 		m := map[string]string{}
 		for _, kv := range p.Attributes {
-			m[string(kv.Key)] = kv.Value.Emit()
+			m[string(kv.Key)] = kv.Value.AsString()
 		}
 		s.mu.Lock()
 		s.seen = append(s.seen, m)
