@@ -30,7 +30,13 @@ import (
 
 const (
 	envCrashStrategy = "STAGING_CRASH_STRATEGY"
-	childSaves       = 8
+	// childSaves is how many saves a Deferred child makes before its stager runs.
+	childSaves = 8
+	// maxChildSaves bounds the saves of the other children, which save until they are killed: under
+	// EventuallyConsistent the parent's reconciler may stage a save's messages before the child does (the child
+	// then inserts none of them), so on a loaded machine a fixed few saves could end before the child's own
+	// inserts reach the crash point (a CI run: 8 saves, the child never stopped).
+	maxChildSaves = 500
 	// crashAfterRows is how many outbox rows a child inserts before it stops at a point in staging: three saves'
 	// messages (each save raises two events that map to three messages).
 	crashAfterRows = 9
@@ -65,7 +71,7 @@ func TestCrashChild(t *testing.T) {
 		t.Fatal("the stager should have been killed")
 	}
 	r, _ := e.repo(e.store, &Config{Strategy: strategy, Outbox: e.outbox})
-	for i := range childSaves {
+	for i := range maxChildSaves {
 		_, err := r.Create(ctx, orderID(i), func(o *Order) error { o.Place(int64(i)); return nil })
 		require.NoError(t, err)
 	}
