@@ -408,7 +408,11 @@ func (b *natsBroker) readStored(ctx context.Context, fn func(storedCopy) error) 
 				return err
 			}
 		}
-		if err := batch.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) {
+		// A fetch's request can also find no responder after it was sent (the consumer's server side not up, or
+		// gone with a node that restarted): like an empty fetch, it counts toward a stall, which starts a new
+		// consumer after the last message read.
+		if err := batch.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) &&
+			!errors.Is(err, nats.ErrNoResponders) {
 			return fmt.Errorf("faultsuite: nats: fetch: %w", err)
 		}
 		switch {

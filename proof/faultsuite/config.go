@@ -57,7 +57,9 @@ type Config struct {
 	// start, or the run fails saying how far production got. Production is paced to take ProduceFor; on a loaded
 	// machine it takes longer. Default 3 × ProduceFor.
 	ProduceTimeout time.Duration
-	// DrainTimeout bounds the wait, after the last fault, for every message to be handled.
+	// DrainTimeout bounds the drain's stalls: after the last fault the run waits for every message to be handled,
+	// and fails when DrainTimeout passes with no message handled (a drain that keeps going on a busy machine is
+	// waited for, within the run's own deadline).
 	DrainTimeout time.Duration
 	// ProgressEvery is how often a progress line (events committed, messages handled, kills) is written while
 	// messages are produced and drained. Default 10s.
