@@ -16,7 +16,7 @@ import (
 
 func TestMain(m *testing.M) {
 	faultsuite.RunChildIfRequested() // a relay process: runs and exits here
-	os.Exit(m.Run())
+	pgtest.Main(m)                   // stops the shared cluster of the tests that use one
 }
 
 // TestFaultSuite is the fault-injection suite, once per broker (a subtest each: nats, nats-cluster, rabbitmq):

@@ -44,8 +44,10 @@ type Report struct {
 	BrokerStored, BrokerUnique, BrokerUnexpected, BrokerMissing int64
 	OrderViolations                                             int64
 	OrderExamples                                               []string
-	KeysChecked                                                 int
-	VersionMismatches                                           int64
+	// OrderTimelines describe the first keys with a violation, message by message (keyTimelines).
+	OrderTimelines    []string
+	KeysChecked       int
+	VersionMismatches int64
 
 	// The consumers and the inbox.
 	Deliveries, FirstHandlings, InboxSkipped, HandlerFailures, DroppedAcks int64
@@ -104,6 +106,9 @@ func (r *Report) String() string {
 	w("  duplicate deliveries at the broker: %d", r.BrokerStored-r.BrokerUnique)
 	w("  per-key first-publication order violations: %d (%d keys checked)", r.OrderViolations, r.KeysChecked)
 	for _, s := range r.OrderExamples {
+		w("    %s", s)
+	}
+	for _, s := range r.OrderTimelines {
 		w("    %s", s)
 	}
 	w("consumers (behind the inbox):")

@@ -247,6 +247,12 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		bf.unexpected, bf.missing
 	rep.OrderViolations, rep.OrderExamples, rep.KeysChecked = bf.orderViolations, bf.violations, bf.keysChecked
 	rep.VersionMismatches = bf.versionMismatch
+	if len(bf.violatingKeys) > 0 {
+		if rep.OrderTimelines, err = keyTimelines(ctx, pool, pgx.Identifier{schema, "outbox_sent"}.Sanitize(), p,
+			bf); err != nil {
+			return rep, err
+		}
+	}
 	ef, err := readEffects(ctx, pool, effects, p)
 	if err != nil {
 		return rep, err

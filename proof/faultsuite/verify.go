@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -71,6 +72,10 @@ type brokerFindings struct {
 	keysChecked     int
 	violations      []string // the first few, described
 	versionMismatch int64    // messages whose version header disagrees with their place in the plan
+	// violatingKeys are the keys with an order violation, in the order found; copies, the broker position of every
+	// copy of each message, for describing them (keyTimelines).
+	violatingKeys []string
+	copies        map[string][]uint64
 }
 
 // readBroker reads every copy the broker stored, in its order, and checks, per key, that the first publication of
@@ -78,11 +83,12 @@ type brokerFindings struct {
 // after it. Later copies (republished after a relay was killed, or after its lease lapsed) are duplicates, not
 // reorderings, and are only counted.
 func readBroker(ctx context.Context, brk broker, p *plan) (*brokerFindings, error) {
-	f := &brokerFindings{}
+	f := &brokerFindings{copies: map[string][]uint64{}}
 	seen := map[string]bool{}
 	next := map[string]int{} // key -> the highest plan position whose first copy has been seen, plus one
 	err := brk.readStored(ctx, func(c storedCopy) error {
 		f.stored++
+		f.copies[c.id] = append(f.copies[c.id], c.position)
 		if seen[c.id] {
 			return nil
 		}
@@ -98,6 +104,9 @@ func readBroker(ctx context.Context, brk broker, p *plan) (*brokerFindings, erro
 		}
 		if pl.pos < next[pl.key] {
 			f.orderViolations++
+			if !slices.Contains(f.violatingKeys, pl.key) {
+				f.violatingKeys = append(f.violatingKeys, pl.key)
+			}
 			if len(f.violations) < 5 {
 				f.violations = append(f.violations, fmt.Sprintf("key %s: message %d of the key first published "+
 					"at position %d, after message %d", pl.key, pl.pos+1, c.position, next[pl.key]))
@@ -216,4 +225,58 @@ func readOutbox(ctx context.Context, ob *outbox.Outbox) (*outboxFindings, error)
 	return &outboxFindings{staged: st.Pending + st.Scheduled + st.DeadLettered + st.Sent, pending: st.Pending,
 		deadLetters: st.DeadLettered, inboxHandled: ist.Handled, inboxDeadLetters: ist.DeadLettered,
 		inboxFailing: ist.Failing}, nil
+}
+
+// keyTimelines describes, for each of the first few keys with an order violation, what the outbox and the broker
+// recorded of each of its messages: the broker positions of its copies and the sent ledger's entry (the event's
+// global position, when it was staged and marked sent, the attempts it took). It tells a message published ahead of
+// its turn (an earlier position, a later staging) from one staged out of turn (a later event staged earlier), so a
+// violation found in a run can be explained from its report alone.
+func keyTimelines(ctx context.Context, pool *pgxpool.Pool, sent string, p *plan, bf *brokerFindings) ([]string,
+	error) {
+	var out []string
+	for _, key := range bf.violatingKeys[:min(3, len(bf.violatingKeys))] {
+		ids := p.keys[key]
+		type entry struct {
+			position        *int64
+			created, sentAt time.Time
+			attempts        int
+		}
+		ledger := map[string]entry{}
+		rows, err := pool.Query(ctx, `SELECT message_id, source_position, created_at, sent_at, attempts FROM `+sent+
+			` WHERE message_id = ANY($1)`, ids)
+		if err != nil {
+			return nil, fmt.Errorf("faultsuite: read the sent ledger of key %s: %w", key, err)
+		}
+		for rows.Next() {
+			var id string
+			var e entry
+			if err := rows.Scan(&id, &e.position, &e.created, &e.sentAt, &e.attempts); err != nil {
+				rows.Close()
+				return nil, fmt.Errorf("faultsuite: read the sent ledger of key %s: %w", key, err)
+			}
+			ledger[id] = e
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return nil, fmt.Errorf("faultsuite: read the sent ledger of key %s: %w", key, err)
+		}
+		out = append(out, fmt.Sprintf("key %s (message: broker positions of its copies; event position, staged, "+
+			"sent, attempts):", key))
+		for i, id := range ids {
+			line := fmt.Sprintf("  %d: %v", i+1, bf.copies[id])
+			if e, ok := ledger[id]; ok {
+				pos := "-"
+				if e.position != nil {
+					pos = strconv.FormatInt(*e.position, 10)
+				}
+				line += fmt.Sprintf("; %s, %s, %s, %d", pos, e.created.UTC().Format("15:04:05.000000"),
+					e.sentAt.UTC().Format("15:04:05.000000"), e.attempts)
+			} else {
+				line += "; not in the sent ledger"
+			}
+			out = append(out, line)
+		}
+	}
+	return out, nil
 }
