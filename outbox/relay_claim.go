@@ -1,6 +1,7 @@
 package outbox
 
 import (
+	"context"
 	"fmt"
 	"sync"
 	"time"
@@ -132,7 +133,14 @@ func (loop *claimLoop) claim(now time.Time, limit int) (n int, next *time.Time, 
 	if !loop.drain {
 		b.Queue(loop.relay.o.q.nextDue, now, loop.topics)
 	}
-	err = loop.db.exec(loop.ctx, b, func(res pgx.BatchResults) error {
+	// A claim once sent is waited for, even when the loop is ending: a client that gives up on a statement does not
+	// stop it (pgx abandons the connection), so the server may still commit the claim, after the loop has given its
+	// rows back. The rows it leased would then stay leased to nobody who knows of them until the lease lapsed, kept
+	// from every relay, and from a drain started right after (which then ended without them). Read to the end, the
+	// claim's rows are held here, and given back with the rest when the loop ends.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(loop.ctx), claimTimeout)
+	defer cancel()
+	err = loop.db.exec(ctx, b, func(res pgx.BatchResults) error {
 		if err := loop.scanClaimed(res, &claimed); err != nil {
 			return err
 		}
@@ -147,6 +155,9 @@ func (loop *claimLoop) claim(now time.Time, limit int) (n int, next *time.Time, 
 	loop.flight.add(claimed)
 	return len(claimed), next, nil
 }
+
+// claimTimeout bounds the wait for a claim's answer (see claim: it is not cut short when the loop ends).
+const claimTimeout = 30 * time.Second
 
 // scanClaimed reads the claim's rows.
 func (loop *claimLoop) scanClaimed(res pgx.BatchResults, claimed *[]*row) error {
