@@ -303,6 +303,13 @@ func TestCrashWithRelayAndCleanupPublishesEachMessageOnce(t *testing.T) {
 						t.Errorf("reconciler: %v", err)
 					}
 				}()
+				// Saves begin once the reconciler's watermark is registered: until then cleanup keeps no ledger
+				// entry, and the reconciler, starting from the beginning of the log, would stage again a message
+				// whose entry cleanup had just removed.
+				pgtest.Eventually(t, 10*time.Second, func() bool {
+					wms, err := e.outbox.Watermarks(context.Background())
+					return err == nil && len(wms) > 0
+				}, "the reconciler did not register its watermark")
 			}
 			runCrashChild(t, e, c.strategy, point)
 			switch c.strategy {
