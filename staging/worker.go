@@ -58,7 +58,11 @@ type WorkerConfig struct {
 // wait as standbys and take over when it stops or dies.
 //
 // It starts from the beginning of the log the first time it runs. Staging an event whose messages are already in
-// the outbox inserts nothing (deterministic message IDs), so overlap with the save path costs no duplicate.
+// the outbox, or still in the sent ledger, inserts nothing (deterministic message IDs), so overlap with the save
+// path costs no duplicate. Its outbox watermark, registered when Run starts, keeps cleanup (Admin.CleanupSent) from
+// removing the ledger entries it could still stage again; entries removed before its first run are not protected,
+// so start a new worker before cleanup runs, or expect the messages of events whose entries are gone to be
+// published again.
 type Worker struct {
 	kind      string
 	name      string
