@@ -10,9 +10,9 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/stagehand-es/stagehand"
@@ -328,14 +328,15 @@ func appendArgs(req AppendRequest) ([]any, layout, error) {
 	switch {
 	case n == 1:
 		l = single
-		args = []any{req.Tenant, req.StreamID, req.StreamType, first.EventID, first.Type,
-			string(first.Payload), int32(first.TypeVersion), metas[0], first.OccurredAt}
+		// Event IDs as pgx's own UUIDs, encoded in binary as they are. A uuid.UUID is a driver.Valuer, which pgx
+		// turns into a string and parses back (strings for a uuid[] parameter first fail the binary encoding,
+		// building an error, and then go as text).
+		args = []any{req.Tenant, req.StreamID, req.StreamType, pgtype.UUID{Bytes: first.EventID, Valid: true},
+			first.Type, string(first.Payload), int32(first.TypeVersion), metas[0], first.OccurredAt}
 	default:
-		// Event IDs as uuid.UUID, not strings: pgx encodes those in binary, while strings for a uuid[] parameter
-		// first fail the binary encoding (building an error) and then go as text.
-		ids, types, payloads := make([]uuid.UUID, n), make([]string, n), make([]string, n)
+		ids, types, payloads := make([]pgtype.UUID, n), make([]string, n), make([]string, n)
 		for i, e := range req.Events {
-			ids[i], types[i], payloads[i] = e.EventID, e.Type, string(e.Payload)
+			ids[i], types[i], payloads[i] = pgtype.UUID{Bytes: e.EventID, Valid: true}, e.Type, string(e.Payload)
 		}
 		if same {
 			l = uniform
@@ -461,8 +462,10 @@ func (s *PostgresStore) buildAppendSQL(expected ExpectedVersion, l layout, parti
 	case expected == StreamExists:
 		base = `(SELECT max(version) FROM ` + s.t.events + ` WHERE tenant_id = $1 AND stream_id = $2)`
 	default:
-		base = `(SELECT $10::bigint WHERE EXISTS (SELECT 1 FROM ` + s.t.events +
-			` WHERE tenant_id = $1 AND stream_id = $2 AND version = $10))`
+		// The expected version's own event: NULL when the stream is elsewhere, which fails the insert (a NULL
+		// version). One index probe, planned as one node (an EXISTS would add a filter node to start per call).
+		base = `(SELECT v.version FROM ` + s.t.events +
+			` v WHERE v.tenant_id = $1 AND v.stream_id = $2 AND v.version = $10::bigint)`
 	}
 	insert := `INSERT INTO ` + s.t.events + ` (tenant_id, stream_id, stream_type, version, event_id, event_type,
 			payload, event_version, metadata, occurred_at)`

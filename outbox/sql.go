@@ -140,6 +140,9 @@ func newQueries(schema string) (queries, error) {
 type stagingStatements struct {
 	one, oneNew, many, manyNew string
 	oneAfter, manyAfter        string
+	// oneLast and oneLastNew stage one message caused by the append's last event (StageOptions.Source): its
+	// position is the position sequence's current value, with no lookup to plan or start.
+	oneLast, oneLastNew string
 }
 
 // stagingStatements writes the staging inserts out. With events empty, a message's source position is the one it
@@ -151,7 +154,7 @@ type stagingStatements struct {
 // per partition).
 func (q *queries) stagingStatements(events string, partitioned bool) (stagingStatements, error) {
 	idents := q.idents
-	one, many := "$11::bigint", "n.source_position"
+	one, many, last := "$11::bigint", "n.source_position", ""
 	if events != "" {
 		lookup := "events"
 		if partitioned {
@@ -167,26 +170,34 @@ func (q *queries) stagingStatements(events string, partitioned bool) (stagingSta
 				"ELSE (SELECT e.position FROM {events} e WHERE e.event_id = " + causation + "::uuid) END"
 		}
 		one, many = position("$8::text", "$11::text"), position("n.causation_id", "$14::text")
+		last = "coalesce($11::bigint, currval('{events_seq}'))"
 	}
 	var st stagingStatements
 	var err error
 	type variant struct {
-		field      *string
-		name       string
-		dedup, pos string
+		field           *string
+		name            string
+		row, dedup, pos string
 	}
+	// A single message's row is a VALUES list when nothing conditions it (see stage_one).
+	const selectOne, valuesOne = "SELECT", "VALUES ("
 	variants := []variant{
-		{&st.one, "stage_one", "{dedup_one}", one}, {&st.oneNew, "stage_one", "", one},
-		{&st.many, "stage_many", "{dedup_many}", many}, {&st.manyNew, "stage_many", "", many},
+		{&st.one, "stage_one", selectOne, "WHERE true\n{dedup_one}", one},
+		{&st.oneNew, "stage_one", valuesOne, ")", one},
+		{&st.many, "stage_many", "", "{dedup_many}", many}, {&st.manyNew, "stage_many", "", "", many},
 	}
 	if events == "" {
-		variants = append(variants, variant{&st.oneAfter, "stage_one", "{after_watermark_one}{dedup_one}", one},
-			variant{&st.manyAfter, "stage_many", "{after_watermark_many}{dedup_many}", many})
+		variants = append(variants,
+			variant{&st.oneAfter, "stage_one", selectOne, "WHERE true\n{after_watermark_one}\n{dedup_one}", one},
+			variant{&st.manyAfter, "stage_many", "", "{after_watermark_many}{dedup_many}", many})
+	} else {
+		variants = append(variants, variant{&st.oneLast, "stage_one", selectOne, "WHERE true\n{dedup_one}", last},
+			variant{&st.oneLastNew, "stage_one", valuesOne, ")", last})
 	}
 	for _, v := range variants {
 		if err == nil {
-			*v.field, err = statements.Expand(v.name, map[string]string{"dedup one": v.dedup, "dedup many": v.dedup,
-				"position one": v.pos, "position many": v.pos}, idents)
+			*v.field, err = statements.Expand(v.name, map[string]string{"row one": v.row, "dedup one": v.dedup,
+				"dedup many": v.dedup, "position one": v.pos, "position many": v.pos}, idents)
 		}
 	}
 	return st, err

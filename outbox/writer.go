@@ -185,9 +185,16 @@ func (o *Outbox) QueueStage(ctx context.Context, b *pgx.Batch, opts *StageOption
 	}
 	switch {
 	case opt.Source != nil:
-		if len(a.ids) == 1 {
+		switch {
+		case len(a.ids) == 1 && a.one[7] == opt.Source.LastEventID:
+			// Caused by the append's last event (the usual case): no lookup by event ID in the statement.
+			stmt, args[10] = st.oneLast, nil
+			if opt.NewIDs {
+				stmt = st.oneLastNew
+			}
+		case len(a.ids) == 1:
 			args[10] = opt.Source.LastEventID // in place of the source position
-		} else {
+		default:
 			args = append(args, opt.Source.LastEventID)
 		}
 	case opt.Watermark != "":

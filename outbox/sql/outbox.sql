@@ -86,18 +86,20 @@ SELECT set_config('plan_cache_mode', current_setting('stagehand.plan_cache_mode'
 -- its key or a dead letter holding the key, until promoted. Each of those two probes asks for the key's first
 -- sequence number (see the claim), as a scalar subquery run once. The new-ID form is a plain insert (no ON
 -- CONFLICT: a speculative insertion costs an index probe and a WAL record more, and a conflict there would
--- be a broken promise, better reported): {dedup one} is empty when the message ID cannot have been staged
--- before (see StageOptions.NewIDs); otherwise it skips an ID its tenant already has in the sent ledger or
--- the dead letters for the topic.
+-- be a broken promise, better reported) when the message ID cannot have been staged before (see
+-- StageOptions.NewIDs); otherwise {dedup one} skips an ID its tenant already has in the sent ledger or the dead
+-- letters for the topic. The row is a VALUES list when nothing conditions it ({row one} "VALUES (", {dedup one}
+-- ")"), and a SELECT with a WHERE clause otherwise: a SELECT without FROM under an INSERT stays a subquery
+-- scan in the plan, one more node to start on every call.
 -- name: stage_one
 INSERT INTO {outbox} (message_id, message_type, topic, payload, metadata, tenant_id, correlation_id, causation_id,
     partition_key, seq, source_position, scheduled_at, next_attempt_at, created_at)
-SELECT $1::text, $2::text, $3::text, $4::bytea, $5::jsonb, $6::text, $7::text, $8::text, $9::text,
+{row one} $1::text, $2::text, $3::text, $4::bytea, $5::jsonb, $6::text, $7::text, $8::text, $9::text,
     CASE WHEN $10::bool THEN nextval('{seq}') END, {position one}, $12::timestamptz,
     CASE WHEN $10::bool AND ({key_head tenant=$6 key=$9} IS NOT NULL OR {key_hold tenant=$6 key=$9} IS NOT NULL)
          THEN 'infinity'::timestamptz ELSE coalesce($12, $13) END,
     $13::timestamptz
-WHERE true {dedup one}
+{dedup one}
 
 -- Staging several messages: the same, over arrays, in one scan of them. The caller numbers ordered messages
 -- within their key ($12, 1..n per key, in the arrays' order): a key's first message is parked when its key
