@@ -164,15 +164,20 @@ func (f *inflight) settled(n int) {
 }
 
 // roomFor is how many rows the claimer may claim now: up to a batch, while fewer than two batches (and at least
-// two rows per worker) are waiting or in flight, so claims overlap deliveries and no worker waits for one.
+// two rows per worker) are waiting or in flight, so claims overlap deliveries and no worker waits for one. Once
+// rows are pending, it waits for room for half a batch: room opens a row at a time, as deliveries are
+// acknowledged, and under a backlog a claim for each opening (a statement per row or two, whose cost is mostly
+// its own) took the relay's time from delivering. Half a batch still pending is work for the workers while the
+// next claim runs.
 func (f *inflight) roomFor(batch, parallelism int) int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	hold := max(2*batch, 2*parallelism)
-	if f.pending >= hold {
+	room := hold - f.pending
+	if room <= 0 || room < max(1, batch/2) {
 		return 0
 	}
-	return min(batch, hold-f.pending)
+	return min(batch, room)
 }
 
 // empty reports whether no row is held or pending.

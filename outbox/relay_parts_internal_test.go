@@ -50,6 +50,19 @@ func TestInflightGroupsAKeysRowsIntoOneUnitInSequenceOrder(t *testing.T) {
 	if got := f.roomFor(4, 1); got != 8-5 {
 		t.Fatalf("room with 5 rows pending: %d, want 3", got)
 	}
+	f.mu.Lock()
+	f.pending += 2 // two more claimed
+	f.mu.Unlock()
+	if got := f.roomFor(4, 1); got != 0 {
+		t.Fatalf("room with 7 of 8 rows pending: %d, want 0 (a claim waits for room for half a batch)", got)
+	}
+	f.delivered()
+	if got := f.roomFor(4, 1); got != 2 {
+		t.Fatalf("room with 6 of 8 rows pending: %d, want 2 (half a batch)", got)
+	}
+	f.mu.Lock()
+	f.pending -= 1
+	f.mu.Unlock()
 	f.settled(5)
 	if f.empty() {
 		t.Fatal("empty while five rows are still held (leased, not yet resolved)")
