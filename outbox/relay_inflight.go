@@ -174,7 +174,7 @@ func (f *inflight) roomFor(batch, parallelism int) int {
 	defer f.mu.Unlock()
 	hold := max(2*batch, 2*parallelism)
 	room := hold - f.pending
-	if room <= 0 || room < max(1, batch/2) {
+	if room < max(1, batch/2) {
 		return 0
 	}
 	return min(batch, room)

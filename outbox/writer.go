@@ -186,7 +186,7 @@ func (o *Outbox) QueueStage(ctx context.Context, b *pgx.Batch, opts *StageOption
 	switch {
 	case opt.Source != nil:
 		switch {
-		case len(a.ids) == 1 && a.one[7] == opt.Source.LastEventID:
+		case len(a.ids) == 1 && a.one[7] == opt.Source.LastEventID: // a.one[7]: its causation ID
 			// Caused by the append's last event (the usual case): no lookup by event ID in the statement.
 			stmt, args[10] = st.oneLast, nil
 			if opt.NewIDs {
