@@ -5,6 +5,7 @@ package names
 
 import (
 	"fmt"
+	"strings"
 	"unicode"
 	"unicode/utf8"
 )
@@ -51,6 +52,9 @@ func Text(s string) string {
 
 // Stored returns why s cannot be stored in a PostgreSQL text column at all (invalid UTF-8 or a NUL byte), or "".
 func Stored(s string) string {
+	if utf8.ValidString(s) && strings.IndexByte(s, 0) < 0 { // the usual case, checked a word at a time
+		return ""
+	}
 	for i, r := range s {
 		switch {
 		case r == utf8.RuneError && !validAt(s, i):
