@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -128,7 +129,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	go func() { prodDone <- prod.run(stagehand.WithTenant(pctx, tenant), time.Minute) }()
 	faults := &faultLog{}
 	faultsDone := make(chan error, 1)
-	go func() { faultsDone <- injectFaults(ctx, cfg, windowStart, srv, brk, faults, step) }()
+	go func() { faultsDone <- injectFaults(ctx, cfg, windowStart, srv, brk, faults, relays.spare, step) }()
 	// live fills the report with what is known so far, so a run that fails still reports how far it got.
 	live := func() {
 		rc := relays.snapshot()
@@ -315,9 +316,10 @@ func (f *faultLog) lastEnd() time.Time {
 }
 
 // injectFaults restarts PostgreSQL and injects the broker's fault at their times in the window (fractions of
-// ProduceFor after start), one after the other.
+// ProduceFor after start), one after the other. On NATS, spare holds one relay slot's kills back from KillMax
+// before the broker's fault until the broker is back (see relays.spare).
 func injectFaults(ctx context.Context, cfg Config, start time.Time, srv *pgtest.Server, brk broker, log *faultLog,
-	step func(string, ...any)) error {
+	spare func(bool), step func(string, ...any)) error {
 	type fault struct {
 		at     time.Duration
 		broker bool
@@ -331,11 +333,19 @@ func injectFaults(ctx context.Context, cfg Config, start time.Time, srv *pgtest.
 	}
 	slices.SortFunc(plan, func(a, b fault) int { return int(a.at - b.at) })
 	for _, f := range plan {
+		if f.broker && cfg.Broker != BrokerRabbitMQ { // see relays.spare
+			if err := sleep(ctx, time.Until(start.Add(f.at-cfg.KillMax))); err != nil {
+				return err
+			}
+			spare(true) // a process of the spared slot running now is still up when the broker fails
+			step("holding relay %s's kills back until the broker is back", sparedSlot)
+		}
 		if err := sleep(ctx, time.Until(start.Add(f.at))); err != nil {
 			return err
 		}
 		if f.broker {
 			bf, err := brk.fault(ctx, cfg.BrokerOutage, step)
+			spare(false)
 			if err != nil {
 				return err
 			}
@@ -389,8 +399,8 @@ func waitDrained(ctx context.Context, cfg Config, pool *pgxpool.Pool, ob *outbox
 		case <-cons.done:
 			return time.Time{}, fmt.Errorf("faultsuite: the consumer router stopped: %w", cons.runErr)
 		case <-deadline.C:
-			return time.Time{}, fmt.Errorf("faultsuite: the drain stalled: no message handled for %s: %s",
-				cfg.DrainTimeout, state)
+			return time.Time{}, fmt.Errorf("faultsuite: the drain stalled: no message handled for %s: %s\n%s",
+				cfg.DrainTimeout, state, stallDetail(ctx, pool, effects, brk, cons))
 		case <-tick.C:
 		}
 		if n := cons.counts.handled.Load(); n != lastHandled {
@@ -421,6 +431,51 @@ func waitDrained(ctx context.Context, cfg Config, pool *pgxpool.Pool, ob *outbox
 			return now, nil
 		}
 	}
+}
+
+// stallDetail says where the messages without an effect are when the drain stalls: the broker's and the handlers'
+// state, the rows still in the outbox (with their leases, attempts and last errors), the dead letters, and the
+// messages the relays recorded as sent that no handler applied (with their inbox entries).
+func stallDetail(ctx context.Context, pool *pgxpool.Pool, effects string, brk broker, cons *consumers) string {
+	var b strings.Builder
+	if _, cstate, err := atRest(ctx, brk, cons); err != nil {
+		fmt.Fprintf(&b, "  broker: %v\n", err)
+	} else {
+		fmt.Fprintf(&b, "  broker and handlers: %s\n", cstate)
+	}
+	q := func(title, sql string) {
+		rows, err := pool.Query(ctx, sql)
+		if err != nil {
+			fmt.Fprintf(&b, "  %s: %v\n", title, err)
+			return
+		}
+		defer rows.Close()
+		fmt.Fprintf(&b, "  %s:\n", title)
+		for rows.Next() {
+			vals, err := rows.Values()
+			if err != nil {
+				fmt.Fprintf(&b, "    %v\n", err)
+				return
+			}
+			fmt.Fprintf(&b, "    %v\n", vals)
+		}
+		if err := rows.Err(); err != nil {
+			fmt.Fprintf(&b, "    %v\n", err)
+		}
+	}
+	t := func(name string) string { return pgx.Identifier{schema, name}.Sanitize() }
+	q("outbox rows (message, key, seq, next attempt, lease owner, lease expiry, attempts, last error)",
+		`SELECT message_id, partition_key, seq, next_attempt_at, lease_owner, lease_expires_at, attempts,
+		    left(coalesce(last_error, ''), 200) FROM `+t("outbox")+` ORDER BY id LIMIT 10`)
+	q("outbox dead letters (message, key, seq, attempts, last error)",
+		`SELECT message_id, partition_key, seq, attempts, left(coalesce(last_error, ''), 200)
+		FROM `+t("outbox_dead_letters")+` LIMIT 10`)
+	q("sent without an effect (message, topic, attempts, sent at, inbox entries)",
+		`SELECT s.message_id, s.topic, s.attempts, s.sent_at,
+		    (SELECT count(*) FROM `+t("inbox")+` i WHERE i.message_id = s.message_id)
+		FROM `+t("outbox_sent")+` s
+		WHERE NOT EXISTS (SELECT 1 FROM `+effects+` e WHERE e.message_id = s.message_id) LIMIT 10`)
+	return b.String()
 }
 
 // atRest reports whether the broker has nothing left to deliver and no handler is running.
