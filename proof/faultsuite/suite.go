@@ -400,7 +400,7 @@ func waitDrained(ctx context.Context, cfg Config, pool *pgxpool.Pool, ob *outbox
 			return time.Time{}, fmt.Errorf("faultsuite: the consumer router stopped: %w", cons.runErr)
 		case <-deadline.C:
 			return time.Time{}, fmt.Errorf("faultsuite: the drain stalled: no message handled for %s: %s\n%s",
-				cfg.DrainTimeout, state, stallDetail(ctx, pool, effects, brk, cons))
+				cfg.DrainTimeout, state, stallDetail(ctx, pool, schema, effects, brk, cons))
 		case <-tick.C:
 		}
 		if n := cons.counts.handled.Load(); n != lastHandled {
@@ -436,7 +436,7 @@ func waitDrained(ctx context.Context, cfg Config, pool *pgxpool.Pool, ob *outbox
 // stallDetail says where the messages without an effect are when the drain stalls: the broker's and the handlers'
 // state, the rows still in the outbox (with their leases, attempts and last errors), the dead letters, and the
 // messages the relays recorded as sent that no handler applied (with their inbox entries).
-func stallDetail(ctx context.Context, pool *pgxpool.Pool, effects string, brk broker, cons *consumers) string {
+func stallDetail(ctx context.Context, pool *pgxpool.Pool, schema, effects string, brk broker, cons *consumers) string {
 	var b strings.Builder
 	if _, cstate, err := atRest(ctx, brk, cons); err != nil {
 		fmt.Fprintf(&b, "  broker: %v\n", err)

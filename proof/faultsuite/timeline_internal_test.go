@@ -80,3 +80,41 @@ func TestOrderViolationsComeWithTheKeysTimeline(t *testing.T) {
 		t.Errorf("the report does not show the timeline:\n%s", s)
 	}
 }
+
+// settledState is a broker whose delivery state is given: settled is all the stall report asks of it.
+type settledState struct {
+	broker
+	state string
+}
+
+func (s settledState) settled(context.Context) (bool, string, error) { return false, s.state, nil }
+
+// A stalled drain says where the messages without an effect are: the broker's state, the rows still in the outbox
+// with their leases and last errors, and the messages the ledger holds as sent that no handler applied.
+func TestAStalledDrainSaysWhereTheMessagesAre(t *testing.T) {
+	ctx := context.Background()
+	pool, schema := pgtest.Migrated(t)
+	q := func(table string) string { return pgx.Identifier{schema, table}.Sanitize() }
+	effects := q("fault_effects")
+	pgtest.Exec(t, pool, `CREATE TABLE `+effects+` (message_id text NOT NULL)`)
+	pgtest.Exec(t, pool, `INSERT INTO `+q("outbox")+` (message_id, topic, payload, partition_key, seq,
+		next_attempt_at, lease_owner, lease_expires_at, attempts, last_error, created_at)
+		VALUES ('stuck-1', 't', '', 'counter-0003', 7, now(), 'relay-r1', now() + interval '1 minute', 2,
+		'broker unavailable', now())`)
+	for _, id := range []string{"sent-1", "handled-1"} {
+		pgtest.Exec(t, pool, `INSERT INTO `+q("outbox_sent")+` (message_id, tenant_id, topic, message_type,
+			attempts, created_at, sent_at) VALUES ($1, $2, 't', 'm', 1, now(), now())`, id, tenant)
+	}
+	pgtest.Exec(t, pool, `INSERT INTO `+effects+` VALUES ('handled-1')`)
+	got := stallDetail(ctx, pool, schema, effects, settledState{state: "queue p03: 1 unacknowledged"},
+		&consumers{})
+	for _, want := range []string{"queue p03: 1 unacknowledged, 0 handlers running", "stuck-1 counter-0003 7",
+		"relay-r1", "broker unavailable", "sent-1 t 1"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("the stall report lacks %q:\n%s", want, got)
+		}
+	}
+	if strings.Contains(got, "handled-1") {
+		t.Errorf("the stall report lists a message that has its effect:\n%s", got)
+	}
+}
