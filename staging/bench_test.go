@@ -1,10 +1,11 @@
 package staging
 
-// Save per strategy (1 event -> 1 message) at 1 and 16 clients, each beside raw SQL that writes the same event row
-// and outbox row in one transaction, alternating in the same run on a durable cluster; a Transactional save of 10
-// events and 10 messages beside a raw transaction inserting the 10 event rows and the 10 outbox rows (one
-// multi-row INSERT each); and the delay from the append's commit to the staged row under EventuallyConsistent and
-// Deferred:
+// Save per strategy (1 event -> 1 message) at 1 and 16 clients, each beside raw SQL that inserts an event row and
+// a plain outbox row (payload, topic, type, key; no metadata, no order) in one transaction, alternating in the same
+// run on a durable cluster; a Transactional save of 10 events and 10 messages beside a raw transaction inserting
+// the 10 event rows and the 10 plain outbox rows (one multi-row INSERT each); the Transactional saves of 1 and 10
+// events beside a raw transaction writing the very rows the save writes (BenchmarkSaveSameRows); and the delay from
+// the append's commit to the staged row under EventuallyConsistent and Deferred:
 //
 //	go test ./staging -run '^$' -bench . -benchtime 1x
 //
@@ -15,15 +16,18 @@ package staging
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 
 	"github.com/stagehand-es/stagehand"
 	"github.com/stagehand-es/stagehand/aggregate"
@@ -158,6 +162,107 @@ func BenchmarkSaveTen(b *testing.B) {
 					return tx.Commit(ctx)
 				})
 		})
+	}
+}
+
+// BenchmarkSaveSameRows is a Transactional save of 1 and of 10 events, each mapped to one message, beside a raw
+// transaction that writes the same rows: the events with their version, metadata and occurrence time, returning
+// their positions as the append does, then the messages with the columns a staged message fills (its metadata
+// headers, correlation and causation IDs, partition key, a sequence number from the outbox's sequence, the event's
+// position, a key's later messages parked behind its first). What the raw side leaves out is what the save adds
+// to those rows: the expected-version check, the key's lock and its order probes, and one round trip instead of
+// four. BenchmarkSave and BenchmarkSaveTen compare the same saves with narrower raw rows (no metadata, no order),
+// so the three ratios together say how much of the gap is the rows and how much the save's own work:
+//
+//	go test ./staging -run '^$' -bench 'BenchmarkSaveSameRows' -benchtime 1x
+func BenchmarkSaveSameRows(b *testing.B) {
+	for _, n := range []int{1, 10} {
+		for _, clients := range []int{1, 16} {
+			b.Run(fmt.Sprintf("events=%d/clients=%d", n, clients), func(b *testing.B) {
+				e := benchEnv(b)
+				ctx := context.Background()
+				r, _ := e.repo(e.store, &Config{Strategy: Transactional, Outbox: e.outbox})
+				orders := make([]*Order, clients)
+				for i := range orders {
+					orders[i] = r.New(fmt.Sprintf("o-%d", benchSeq.Add(1)))
+				}
+				raw := sameRows(e, clients, n)
+				benchpair.Compare(b, benchpair.Config{Unit: "events", UnitsPerOp: n, Clients: clients},
+					func(w int) error {
+						for range n {
+							aggregate.Raise(orders[w], OrderPlaced{Total: 1})
+						}
+						return r.Save(ctx, orders[w])
+					}, raw)
+			})
+		}
+	}
+}
+
+// sameRows returns the raw side of BenchmarkSaveSameRows: one transaction per call that appends n events to the
+// worker's stream and writes one outbox row per event with the content a Transactional save stages for it, its
+// payload and metadata encoded as JSON per call as a hand-written application would.
+func sameRows(e *env, clients, n int) benchpair.Op {
+	events, outboxT := pgtest.Q(e.schema, "events"), pgtest.Q(e.schema, "outbox")
+	seq := strings.ReplaceAll(pgtest.Q(e.schema, "outbox_seq"), "'", "''")
+	appendSQL := `INSERT INTO ` + events + ` (tenant_id, stream_id, stream_type, version, event_id, event_type,
+		payload, event_version, metadata, occurred_at)
+		SELECT $1, $2, 'shop.order', d.version, d.event_id, 'shop.order.placed', d.payload, 1, '{}', $5
+		FROM unnest($3::bigint[], $4::uuid[], $6::jsonb[]) AS d(version, event_id, payload)
+		RETURNING position`
+	stageSQL := `INSERT INTO ` + outboxT + ` (message_id, message_type, topic, payload, metadata, tenant_id,
+		correlation_id, causation_id, partition_key, seq, source_position, next_attempt_at, created_at)
+		SELECT d.message_id, 'order.placed', 'orders', d.payload, d.metadata, $1, d.event_id, d.event_id, $2,
+			nextval('` + seq + `'), d.position, CASE WHEN d.ord > 1 THEN 'infinity'::timestamptz ELSE $3 END, $3
+		FROM unnest($4::text[], $5::bytea[], $6::jsonb[], $7::text[], $8::bigint[]) WITH ORDINALITY
+			AS d(message_id, payload, metadata, event_id, position, ord)`
+	streams := make([]string, clients)
+	versions := make([]int64, clients)
+	for i := range streams {
+		streams[i] = fmt.Sprintf("raw-%d", benchSeq.Add(1))
+	}
+	return func(w int) error {
+		ctx := context.Background()
+		now := time.Now()
+		vs, ids, payloads := make([]int64, n), make([]uuid.UUID, n), make([][]byte, n)
+		for i := range n {
+			versions[w]++
+			vs[i], ids[i] = versions[w], uuid.Must(uuid.NewV7())
+			p, err := json.Marshal(OrderPlaced{Total: 1})
+			if err != nil {
+				return err
+			}
+			payloads[i] = p
+		}
+		tx, err := e.pool.Begin(ctx)
+		if err != nil {
+			return err
+		}
+		defer func() { _ = tx.Rollback(ctx) }()
+		rows, err := tx.Query(ctx, appendSQL, stagehand.NoTenant, streams[w], vs, ids, now, payloads)
+		if err != nil {
+			return err
+		}
+		positions, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+		if err != nil {
+			return err
+		}
+		msgIDs, metas, eventIDs := make([]string, n), make([][]byte, n), make([]string, n)
+		for i := range n {
+			eventIDs[i] = ids[i].String()
+			msgIDs[i] = uuid.NewString()
+			metas[i], err = json.Marshal(map[string]string{stagehand.HeaderEventID: eventIDs[i],
+				stagehand.HeaderEventType: "shop.order.placed", stagehand.HeaderOccurredAt: now.UTC().Format(time.RFC3339Nano),
+				stagehand.HeaderAggregateID: streams[w], stagehand.HeaderAggregateType: "shop.order"})
+			if err != nil {
+				return err
+			}
+		}
+		if _, err := tx.Exec(ctx, stageSQL, stagehand.NoTenant, streams[w], now, msgIDs, payloads, metas, eventIDs,
+			positions); err != nil {
+			return err
+		}
+		return tx.Commit(ctx)
 	}
 }
 
