@@ -3,7 +3,8 @@
 //
 // After one unmeasured warm-up round each, the two sides alternate in short rounds (subject, baseline, baseline,
 // subject, ...) so that drift in the machine's load (other processes, checkpoints, autovacuum) falls on both sides
-// alike.
+// alike. The RATIO line also says how much of the machine's CPU time the hypervisor took (steal, package hoststat)
+// while the rounds ran: a figure measured on a busy host is not comparable with one from a quiet host.
 package benchpair
 
 import (
@@ -14,6 +15,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/stagehand-es/stagehand/internal/hoststat"
 )
 
 // Op performs one operation on behalf of worker (0..clients-1). Workers keep their own state by index.
@@ -75,6 +78,7 @@ func Compare(b *testing.B, cfg Config, subject, baseline Op) Result {
 		}
 	}
 	b.ResetTimer()
+	steal := hoststat.Steal()
 	for round := range cfg.Rounds {
 		order := [2]int{0, 1}
 		if round%2 == 1 {
@@ -90,6 +94,7 @@ func Compare(b *testing.B, cfg Config, subject, baseline Op) Result {
 		}
 	}
 	b.StopTimer()
+	stolen := steal()
 	res := Result{
 		Subject:  float64(ops[0]*int64(cfg.UnitsPerOp)) / spent[0].Seconds(),
 		Baseline: float64(ops[1]*int64(cfg.UnitsPerOp)) / spent[1].Seconds(),
@@ -97,8 +102,11 @@ func Compare(b *testing.B, cfg Config, subject, baseline Op) Result {
 	b.ReportMetric(res.Subject, cfg.Unit+"/s")
 	b.ReportMetric(res.Baseline, "raw-"+cfg.Unit+"/s")
 	b.ReportMetric(res.Ratio(), "ratio")
-	fmt.Printf("RATIO %s: stagehand %s %s/s, raw %s %s/s, ratio %.2fx\n", b.Name(), human(res.Subject), cfg.Unit,
-		human(res.Baseline), cfg.Unit, res.Ratio())
+	if stolen >= 0 {
+		b.ReportMetric(stolen*100, "steal-%")
+	}
+	fmt.Printf("RATIO %s: stagehand %s %s/s, raw %s %s/s, ratio %.2fx (%s)\n", b.Name(), human(res.Subject),
+		cfg.Unit, human(res.Baseline), cfg.Unit, res.Ratio(), hoststat.Percent(stolen))
 	return res
 }
 

@@ -21,6 +21,7 @@ import (
 	"github.com/stagehand-es/stagehand"
 	"github.com/stagehand-es/stagehand/aggregate"
 	"github.com/stagehand-es/stagehand/eventstore"
+	"github.com/stagehand-es/stagehand/internal/hoststat"
 	"github.com/stagehand-es/stagehand/outbox"
 	"github.com/stagehand-es/stagehand/proof/natsjs"
 	"github.com/stagehand-es/stagehand/staging"
@@ -152,6 +153,10 @@ type Round struct {
 	AppendP50, AppendP99 time.Duration
 	// Lag is from the producers' stop to the last message handled.
 	Lag time.Duration
+	// Steal is the share of the machine's CPU time the hypervisor ran something else while the round ran (from
+	// its start to its last message handled; -1 where /proc/stat cannot be read): a round on a busy host is slower
+	// for reasons neither path controls.
+	Steal float64
 }
 
 // KeptUp reports whether the path delivered a paced round at the offered rate: everything handled, at least 95%
@@ -212,6 +217,7 @@ func Run(ctx context.Context, cfg Config) (*Results, error) {
 		return nil, err
 	}
 	began := time.Now()
+	runSteal := hoststat.Steal()
 	step := func(format string, args ...any) {
 		fmt.Fprintf(cfg.Progress, "[%6.1fs] %s\n", time.Since(began).Seconds(), fmt.Sprintf(format, args...))
 	}
@@ -383,8 +389,8 @@ func Run(ctx context.Context, cfg Config) (*Results, error) {
 			}
 			res.Saturation = append(res.Saturation, rd)
 			sums[p.name] += rd.Throughput
-			step("closed loop %-9s produced %6d (%5.0f/s), delivered end to end %5.0f msgs/s, lag %.1fs", p.name,
-				rd.Produced, rd.ProduceRate, rd.Throughput, rd.Lag.Seconds())
+			step("closed loop %-9s produced %6d (%5.0f/s), delivered end to end %5.0f msgs/s, lag %.1fs, %s", p.name,
+				rd.Produced, rd.ProduceRate, rd.Throughput, rd.Lag.Seconds(), hoststat.Percent(rd.Steal))
 		}
 	}
 	res.MaxStagehand = sums[PathStagehand] / float64(cfg.SaturationRounds)
@@ -410,8 +416,8 @@ func Run(ctx context.Context, cfg Config) (*Results, error) {
 				pr.Forwarder = rd
 			}
 			step("paced %3.0f%% %-9s %5.0f msgs/s offered: p50 %s p99 %s (append p50 %s p99 %s), delivered %5.0f "+
-				"msgs/s, lag %.1fs", f*100, p.name, rate, ms(rd.P50), ms(rd.P99), ms(rd.AppendP50), ms(rd.AppendP99),
-				rd.Throughput, rd.Lag.Seconds())
+				"msgs/s, lag %.1fs, %s", f*100, p.name, rate, ms(rd.P50), ms(rd.P99), ms(rd.AppendP50),
+				ms(rd.AppendP99), rd.Throughput, rd.Lag.Seconds(), hoststat.Percent(rd.Steal))
 		}
 		res.Paced = append(res.Paced, pr)
 	}
@@ -427,6 +433,7 @@ func Run(ctx context.Context, cfg Config) (*Results, error) {
 		res.Duplicates[p.name] = rows - unique
 	}
 	res.Machine.LoadAfter = loadAverage()
+	res.Machine.Steal = runSteal()
 	res.Total = time.Since(began)
 	step("done")
 	return res, nil
@@ -463,6 +470,7 @@ func (r *runner) round(ctx context.Context, p *path, rate float64, workers int, 
 	var next, produced atomic.Int64
 	var appendMu sync.Mutex
 	var appendLatency []time.Duration
+	steal := hoststat.Steal()
 	start := time.Now()
 	end := start.Add(d)
 	g, gctx := errgroup.WithContext(ctx)
@@ -511,7 +519,7 @@ func (r *runner) round(ctx context.Context, p *path, rate float64, workers int, 
 	}
 	log := p.rec.take(phase)
 	rd := Round{Path: p.name, Offered: rate, Produced: n, Handled: log.handled,
-		ProduceRate: float64(n) / stopped.Sub(start).Seconds()}
+		ProduceRate: float64(n) / stopped.Sub(start).Seconds(), Steal: steal()}
 	if n > 0 {
 		rd.Throughput = float64(n) / log.last.Sub(start).Seconds()
 		rd.Lag = max(0, log.last.Sub(stopped))

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -110,6 +111,21 @@ func TestSmoke(t *testing.T) {
 	require.Contains(t, table, "PostgreSQL ")
 	require.Positive(t, res.Machine.NumCPU)
 	require.NotEmpty(t, res.Machine.Postgres)
+
+	// The host's steal is measured per round and over the run (Linux's /proc/stat), and the report says it.
+	steals := []float64{res.Machine.Steal, p.Stagehand.Steal, p.Forwarder.Steal}
+	for _, rd := range res.Saturation {
+		steals = append(steals, rd.Steal)
+	}
+	for _, st := range steals {
+		if runtime.GOOS == "linux" {
+			require.True(t, st >= 0 && st <= 1, "steal share %v", st)
+		} else {
+			require.Equal(t, -1.0, st)
+		}
+	}
+	require.Contains(t, table, "; CPU steal ")
+	require.Contains(t, res.String(), "the producers stopped, steal ")
 }
 
 func TestConfigErrorsNameTheField(t *testing.T) {

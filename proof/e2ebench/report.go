@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/stagehand-es/stagehand/internal/hoststat"
 )
 
 // Machine describes where a run measured.
@@ -26,6 +28,9 @@ type Machine struct {
 	// LoadBefore and LoadAfter are /proc/loadavg's 1-minute load average at the start and the end: on a shared
 	// machine, other work competes for the same cores.
 	LoadBefore, LoadAfter float64
+	// Steal is the share of the machine's CPU time the hypervisor gave to something else over the whole run (-1
+	// where /proc/stat cannot be read): on a virtual machine, a busy host takes CPU from both paths.
+	Steal float64
 }
 
 func (m Machine) String() string {
@@ -90,8 +95,8 @@ func (r *Results) Table() string {
 	var b strings.Builder
 	w := func(format string, args ...any) { fmt.Fprintf(&b, format+"\n", args...) }
 	c := r.Config
-	w("Machine: %s; load average %.1f at the end. Durable cluster, client, relay, forwarder, NATS and consumers on "+
-		"the same machine.", r.Machine, r.Machine.LoadAfter)
+	w("Machine: %s; load average %.1f at the end; CPU %s over the run. Durable cluster, client, relay, forwarder, "+
+		"NATS and consumers on the same machine.", r.Machine, r.Machine.LoadAfter, hoststat.Percent(r.Machine.Steal))
 	w("")
 	w("| maximum sustainable rate (closed loop, %d producers, %d × %s per path) | stagehand | forwarder | ratio |",
 		c.SaturationWorkers, c.SaturationRounds, c.Saturation)
@@ -126,7 +131,8 @@ func (r *Results) String() string {
 	b.WriteString("\nclosed-loop rounds:\n")
 	for _, rd := range r.Saturation {
 		fmt.Fprintf(&b, "  %-9s appended %6d at %5.0f/s, delivered end to end %5.0f msgs/s, last handled %.1fs after "+
-			"the producers stopped\n", rd.Path, rd.Produced, rd.ProduceRate, rd.Throughput, rd.Lag.Seconds())
+			"the producers stopped, %s\n", rd.Path, rd.Produced, rd.ProduceRate, rd.Throughput, rd.Lag.Seconds(),
+			hoststat.Percent(rd.Steal))
 	}
 	fmt.Fprintf(&b, "integrity: stagehand %d missing, %d duplicate effects; forwarder %d missing, %d duplicate effects\n",
 		r.Missing[PathStagehand], r.Duplicates[PathStagehand], r.Missing[PathForwarder], r.Duplicates[PathForwarder])

@@ -17,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/stagehand-es/stagehand/internal/hoststat"
 	"github.com/stagehand-es/stagehand/internal/pgtest"
 	"github.com/stagehand-es/stagehand/outbox"
 )
@@ -93,6 +94,7 @@ func BenchmarkDrain(b *testing.B) {
 			}()
 			spent := make([]time.Duration, len(sides))
 			rounds := 5 * b.N
+			steal := hoststat.Steal()
 			for round := range rounds {
 				for i := range sides {
 					k := (i + round) % len(sides)
@@ -110,9 +112,9 @@ func BenchmarkDrain(b *testing.B) {
 			b.ReportMetric(rate(1)/rate(4), "router/forwarder")
 			b.ReportMetric(0, "ns/op")
 			fmt.Printf("DRAIN batch=%d: raw %.0f, relay-router %.0f (%.2fx raw, %.2fx forwarder), relay-drain %.0f "+
-				"(%.2fx raw, %.2fx forwarder), relay-router-1000keys %.0f (%.2fx raw), forwarder %.0f msgs/s\n",
+				"(%.2fx raw, %.2fx forwarder), relay-router-1000keys %.0f (%.2fx raw), forwarder %.0f msgs/s (%s)\n",
 				batch, rate(0), rate(1), rate(1)/rate(0), rate(1)/rate(4), rate(2), rate(2)/rate(0),
-				rate(2)/rate(4), rate(3), rate(3)/rate(0), rate(4))
+				rate(2)/rate(4), rate(3), rate(3)/rate(0), rate(4), hoststat.Percent(steal()))
 		})
 	}
 }
