@@ -62,28 +62,36 @@ func benchEnv(b *testing.B) *env {
 
 var benchSeq atomic.Int64
 
+// saver is the subject of the save benchmarks: on a fresh benchmark schema, a repository with strategy s, and an
+// operation that raises n events on the worker's own order (one per client) and saves it.
+func saver(b *testing.B, s Strategy, clients, n int) (*env, benchpair.Op) {
+	e := benchEnv(b)
+	r, _ := e.repo(e.store, &Config{Strategy: s, Outbox: e.outbox})
+	orders := make([]*Order, clients)
+	for i := range orders {
+		orders[i] = r.New(fmt.Sprintf("o-%d", benchSeq.Add(1)))
+	}
+	return e, func(w int) error {
+		for range n {
+			aggregate.Raise(orders[w], OrderPlaced{Total: 1})
+		}
+		return r.Save(context.Background(), orders[w])
+	}
+}
+
 func BenchmarkSave(b *testing.B) {
 	for _, s := range []Strategy{Transactional, EventuallyConsistent, Deferred} {
 		for _, clients := range []int{1, 16} {
 			b.Run(fmt.Sprintf("%s/clients=%d", s, clients), func(b *testing.B) {
-				e := benchEnv(b)
+				e, save := saver(b, s, clients, 1)
 				ctx := context.Background()
-				r, _ := e.repo(e.store, &Config{Strategy: s, Outbox: e.outbox})
-				orders := make([]*Order, clients)
-				for i := range orders {
-					orders[i] = r.New(fmt.Sprintf("o-%d", benchSeq.Add(1)))
-				}
 				rawVersions := make([]int64, clients)
 				rawIDs := make([]string, clients)
 				for i := range rawIDs {
 					rawIDs[i] = fmt.Sprintf("raw-%d", benchSeq.Add(1))
 				}
 				events, outboxT := pgtest.Q(e.schema, "events"), pgtest.Q(e.schema, "outbox")
-				benchpair.Compare(b, benchpair.Config{Unit: "saves", Clients: clients},
-					func(w int) error {
-						aggregate.Raise(orders[w], OrderPlaced{Total: 1})
-						return r.Save(ctx, orders[w])
-					},
+				benchpair.Compare(b, benchpair.Config{Unit: "saves", Clients: clients}, save,
 					func(w int) error {
 						rawVersions[w]++
 						tx, err := e.pool.Begin(ctx)
@@ -114,27 +122,16 @@ func BenchmarkSave(b *testing.B) {
 func BenchmarkSaveTen(b *testing.B) {
 	for _, clients := range []int{1, 16} {
 		b.Run(fmt.Sprintf("transactional/clients=%d", clients), func(b *testing.B) {
-			e := benchEnv(b)
+			const n = 10
+			e, save := saver(b, Transactional, clients, n)
 			ctx := context.Background()
-			r, _ := e.repo(e.store, &Config{Strategy: Transactional, Outbox: e.outbox})
-			orders := make([]*Order, clients)
-			for i := range orders {
-				orders[i] = r.New(fmt.Sprintf("o-%d", benchSeq.Add(1)))
-			}
 			rawVersions := make([]int64, clients)
 			rawIDs := make([]string, clients)
 			for i := range rawIDs {
 				rawIDs[i] = fmt.Sprintf("raw-%d", benchSeq.Add(1))
 			}
 			events, outboxT := pgtest.Q(e.schema, "events"), pgtest.Q(e.schema, "outbox")
-			const n = 10
-			benchpair.Compare(b, benchpair.Config{Unit: "events", UnitsPerOp: n, Clients: clients},
-				func(w int) error {
-					for range n {
-						aggregate.Raise(orders[w], OrderPlaced{Total: 1})
-					}
-					return r.Save(ctx, orders[w])
-				},
+			benchpair.Compare(b, benchpair.Config{Unit: "events", UnitsPerOp: n, Clients: clients}, save,
 				func(w int) error {
 					versions, ids, msgIDs := make([]int64, n), make([]uuid.UUID, n), make([]string, n)
 					for i := range n {
@@ -179,21 +176,9 @@ func BenchmarkSaveSameRows(b *testing.B) {
 	for _, n := range []int{1, 10} {
 		for _, clients := range []int{1, 16} {
 			b.Run(fmt.Sprintf("events=%d/clients=%d", n, clients), func(b *testing.B) {
-				e := benchEnv(b)
-				ctx := context.Background()
-				r, _ := e.repo(e.store, &Config{Strategy: Transactional, Outbox: e.outbox})
-				orders := make([]*Order, clients)
-				for i := range orders {
-					orders[i] = r.New(fmt.Sprintf("o-%d", benchSeq.Add(1)))
-				}
-				raw := sameRows(e, clients, n)
-				benchpair.Compare(b, benchpair.Config{Unit: "events", UnitsPerOp: n, Clients: clients},
-					func(w int) error {
-						for range n {
-							aggregate.Raise(orders[w], OrderPlaced{Total: 1})
-						}
-						return r.Save(ctx, orders[w])
-					}, raw)
+				e, save := saver(b, Transactional, clients, n)
+				benchpair.Compare(b, benchpair.Config{Unit: "events", UnitsPerOp: n, Clients: clients}, save,
+					sameRows(e, clients, n))
 			})
 		}
 	}
