@@ -38,7 +38,7 @@ import (
 	"github.com/stagehand-es/stagehand/internal/telemetry/telemetrytest"
 )
 
-func benchEnv(b *testing.B) *env {
+func benchEnv(b testing.TB) *env {
 	b.Helper()
 	pool, schema := pgtest.MigratedOn(b, pgtest.DurableURL(b))
 	if os.Getenv("STAGEHAND_BENCH_PARTITIONED") != "" {
@@ -64,7 +64,7 @@ var benchSeq atomic.Int64
 
 // saver is the subject of the save benchmarks: on a fresh benchmark schema, a repository with strategy s, and an
 // operation that raises n events on the worker's own order (one per client) and saves it.
-func saver(b *testing.B, s Strategy, clients, n int) (*env, benchpair.Op) {
+func saver(b testing.TB, s Strategy, clients, n int) (*env, benchpair.Op) {
 	e := benchEnv(b)
 	r, _ := e.repo(e.store, &Config{Strategy: s, Outbox: e.outbox})
 	orders := make([]*Order, clients)
@@ -169,7 +169,8 @@ func BenchmarkSaveTen(b *testing.B) {
 // position, a key's later messages parked behind its first). What the raw side leaves out is what the save adds
 // to those rows: the expected-version check, the key's lock and its order probes, and one round trip instead of
 // four. BenchmarkSave and BenchmarkSaveTen compare the same saves with narrower raw rows (no metadata, no order),
-// so the three ratios together say how much of the gap is the rows and how much the save's own work:
+// so the three ratios together say how much of the gap is the rows and how much the save's own work
+// (TestSameRowsWritesWhatASaveWrites keeps the raw side's rows the shape of the save's):
 //
 //	go test ./staging -run '^$' -bench 'BenchmarkSaveSameRows' -benchtime 1x
 func BenchmarkSaveSameRows(b *testing.B) {
