@@ -317,7 +317,10 @@ func TestBackoffSpacesAttempts(t *testing.T) {
 	require.Len(t, at, 5)
 	floors := []time.Duration{retry, 2 * retry, maxDelay, maxDelay} // 150ms, 300ms, then capped at 400ms
 	for i, floor := range floors {
-		gap := at[i+1].Sub(at[i])
+		// On the wall clock, which the relay schedules by (next_attempt_at is a time of day, stored in PostgreSQL):
+		// a virtual machine's wall clock can run measurably faster than its monotonic clock while the host syncs
+		// it (5,000 ppm measured here), and a backoff of exactly 400 ms then measured 399.5 ms on the monotonic one.
+		gap := at[i+1].Round(0).Sub(at[i].Round(0))
 		require.GreaterOrEqual(t, gap, floor, "attempt %d came %s after the previous one", i+2, gap)
 		require.Less(t, gap, floor+time.Second, "attempt %d waited far too long (%s)", i+2, gap)
 	}
