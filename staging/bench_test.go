@@ -4,7 +4,8 @@ package staging
 // a plain outbox row (payload, topic, type, key; no metadata, no order) in one transaction, alternating in the same
 // run on a durable cluster; a Transactional save of 10 events and 10 messages beside a raw transaction inserting
 // the 10 event rows and the 10 plain outbox rows (one multi-row INSERT each); the Transactional saves of 1 and 10
-// events beside a raw transaction writing the very rows the save writes (BenchmarkSaveSameRows); and the delay from
+// events beside a raw transaction writing the very rows the save writes (BenchmarkSaveSameRows); what each part of
+// those rows costs beside the plain pair (BenchmarkRowParts); and the delay from
 // the append's commit to the staged row under EventuallyConsistent and Deferred:
 //
 //	go test ./staging -run '^$' -bench . -benchtime 1x
@@ -84,37 +85,48 @@ func BenchmarkSave(b *testing.B) {
 		for _, clients := range []int{1, 16} {
 			b.Run(fmt.Sprintf("%s/clients=%d", s, clients), func(b *testing.B) {
 				e, save := saver(b, s, clients, 1)
-				ctx := context.Background()
-				rawVersions := make([]int64, clients)
-				rawIDs := make([]string, clients)
-				for i := range rawIDs {
-					rawIDs[i] = fmt.Sprintf("raw-%d", benchSeq.Add(1))
-				}
-				events, outboxT := pgtest.Q(e.schema, "events"), pgtest.Q(e.schema, "outbox")
-				benchpair.Compare(b, benchpair.Config{Unit: "saves", Clients: clients}, save,
-					func(w int) error {
-						rawVersions[w]++
-						tx, err := e.pool.Begin(ctx)
-						if err != nil {
-							return err
-						}
-						defer func() { _ = tx.Rollback(ctx) }()
-						if _, err := tx.Exec(ctx, `INSERT INTO `+events+` (tenant_id, stream_id, stream_type, version,
-							event_id, event_type, payload, occurred_at) VALUES ($1, $2, 'shop.order', $3, $4,
-							'shop.order.placed', '{"Total":1}', now())`, stagehand.NoTenant, rawIDs[w],
-							rawVersions[w], uuid.Must(uuid.NewV7())); err != nil {
-							return err
-						}
-						if _, err := tx.Exec(ctx, `INSERT INTO `+outboxT+` (message_id, topic, message_type, payload,
-							partition_key, next_attempt_at, created_at) VALUES ($1, 'orders', 'order.placed',
-							'{"Total":1}', $2, now(), now())`, uuid.NewString(), rawIDs[w]); err != nil {
-							return err
-						}
-						return tx.Commit(ctx)
-					})
+				benchpair.Compare(b, benchpair.Config{Unit: "saves", Clients: clients}, save, plainPair(e, clients))
 			})
 		}
 	}
+}
+
+// plainPair returns the raw side of BenchmarkSave: one transaction per call that inserts an event row and a plain
+// outbox row (payload, topic, type, key; no metadata, no order), the payload a constant of the statement.
+func plainPair(e *env, clients int) benchpair.Op {
+	ctx := context.Background()
+	rawVersions, rawIDs := make([]int64, clients), rawStreams(clients)
+	events, outboxT := pgtest.Q(e.schema, "events"), pgtest.Q(e.schema, "outbox")
+	return func(w int) error {
+		rawVersions[w]++
+		tx, err := e.pool.Begin(ctx)
+		if err != nil {
+			return err
+		}
+		defer func() { _ = tx.Rollback(ctx) }()
+		if _, err := tx.Exec(ctx, `INSERT INTO `+events+` (tenant_id, stream_id, stream_type, version,
+			event_id, event_type, payload, occurred_at) VALUES ($1, $2, 'shop.order', $3, $4,
+			'shop.order.placed', '{"Total":1}', now())`, stagehand.NoTenant, rawIDs[w],
+			rawVersions[w], uuid.Must(uuid.NewV7())); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `INSERT INTO `+outboxT+` (message_id, topic, message_type, payload,
+			partition_key, next_attempt_at, created_at) VALUES ($1, 'orders', 'order.placed',
+			'{"Total":1}', $2, now(), now())`, uuid.NewString(), rawIDs[w]); err != nil {
+			return err
+		}
+		return tx.Commit(ctx)
+	}
+}
+
+// rawStreams names a new stream for each of the raw side's clients ("raw-" and a number: the rows tests tell the
+// raw side's rows by it).
+func rawStreams(clients int) []string {
+	streams := make([]string, clients)
+	for i := range streams {
+		streams[i] = fmt.Sprintf("raw-%d", benchSeq.Add(1))
+	}
+	return streams
 }
 
 // BenchmarkSaveTen is a Transactional save of 10 events, each mapped to one message, beside a raw transaction that
@@ -125,11 +137,7 @@ func BenchmarkSaveTen(b *testing.B) {
 			const n = 10
 			e, save := saver(b, Transactional, clients, n)
 			ctx := context.Background()
-			rawVersions := make([]int64, clients)
-			rawIDs := make([]string, clients)
-			for i := range rawIDs {
-				rawIDs[i] = fmt.Sprintf("raw-%d", benchSeq.Add(1))
-			}
+			rawVersions, rawIDs := make([]int64, clients), rawStreams(clients)
 			events, outboxT := pgtest.Q(e.schema, "events"), pgtest.Q(e.schema, "outbox")
 			benchpair.Compare(b, benchpair.Config{Unit: "events", UnitsPerOp: n, Clients: clients}, save,
 				func(w int) error {
@@ -166,11 +174,13 @@ func BenchmarkSaveTen(b *testing.B) {
 // transaction that writes the same rows: the events with their version, metadata and occurrence time, returning
 // their positions as the append does, then the messages with the columns a staged message fills (its metadata
 // headers, correlation and causation IDs, partition key, a sequence number from the outbox's sequence, the event's
-// position, a key's later messages parked behind its first). What the raw side leaves out is what the save adds
-// to those rows: the expected-version check, the key's lock and its order probes, and one round trip instead of
-// four. BenchmarkSave and BenchmarkSaveTen compare the same saves with narrower raw rows (no metadata, no order),
-// so the three ratios together say how much of the gap is the rows and how much the save's own work
-// (TestSameRowsWritesWhatASaveWrites keeps the raw side's rows the shape of the save's):
+// position, a key's later messages parked behind its first). One event and its message go as scalar statements
+// (VALUES rows), as a hand-written application writes one row; ten as one multi-row INSERT each. What the raw side
+// leaves out is what the save adds to those rows: the expected-version check, the key's lock and its order probes,
+// and one round trip instead of four. BenchmarkSave and BenchmarkSaveTen compare the same saves with narrower raw
+// rows (no metadata, no order), so the three ratios together say how much of the gap is the rows and how much the
+// save's own work (TestSameRowsWritesWhatASaveWrites keeps the raw side's rows the shape of the save's;
+// BenchmarkRowParts prices the rows' parts one by one):
 //
 //	go test ./staging -run '^$' -bench 'BenchmarkSaveSameRows' -benchtime 1x
 func BenchmarkSaveSameRows(b *testing.B) {
@@ -179,37 +189,77 @@ func BenchmarkSaveSameRows(b *testing.B) {
 			b.Run(fmt.Sprintf("events=%d/clients=%d", n, clients), func(b *testing.B) {
 				e, save := saver(b, Transactional, clients, n)
 				benchpair.Compare(b, benchpair.Config{Unit: "events", UnitsPerOp: n, Clients: clients}, save,
-					sameRows(e, clients, n))
+					sameRows(e, clients, n, rowParts{}))
 			})
 		}
 	}
 }
 
+// BenchmarkRowParts prices the parts of a staged message's row that the plain pair of BenchmarkSave does not
+// write, at 16 clients: the raw side of BenchmarkSaveSameRows for one event and one message, whole and then
+// without each part in turn (and without all of them), beside the plain pair. A part's cost is the ratio it gains
+// when left out:
+//
+//	go test ./staging -run '^$' -bench 'BenchmarkRowParts' -benchtime 1x
+func BenchmarkRowParts(b *testing.B) {
+	const clients = 16
+	for _, v := range []struct {
+		name  string
+		leave rowParts
+	}{
+		{"whole", rowParts{}},
+		{"without-headers", rowParts{headers: true}},
+		{"without-order", rowParts{order: true}},
+		{"without-links", rowParts{links: true}},
+		{"without-all", rowParts{headers: true, order: true, links: true}},
+	} {
+		b.Run(fmt.Sprintf("%s/clients=%d", v.name, clients), func(b *testing.B) {
+			e := benchEnv(b)
+			benchpair.Compare(b, benchpair.Config{Unit: "saves", Clients: clients,
+				Names: [2]string{"same-rows", "plain"}}, sameRows(e, clients, 1, v.leave), plainPair(e, clients))
+		})
+	}
+}
+
+// rowParts names the parts of a staged message's row that sameRows can leave out (true: left out).
+type rowParts struct {
+	headers bool // the standard headers in the metadata ('{}' instead)
+	order   bool // the key's order: no sequence number, so no key index entry and no parking
+	links   bool // the correlation and causation IDs and the source position
+}
+
 // sameRows returns the raw side of BenchmarkSaveSameRows: one transaction per call that appends n events to the
-// worker's stream and writes one outbox row per event with the content a Transactional save stages for it, its
-// payload and metadata encoded as JSON per call as a hand-written application would.
-func sameRows(e *env, clients, n int) benchpair.Op {
+// worker's stream and writes one outbox row per event with the content a Transactional save stages for it (less
+// the parts in leave), its payload and metadata encoded as JSON per call as a hand-written application would. As
+// in a save with no relay running, a stream's messages after its first are parked.
+func sameRows(e *env, clients, n int, leave rowParts) benchpair.Op {
 	events, outboxT := pgtest.Q(e.schema, "events"), pgtest.Q(e.schema, "outbox")
 	seq := strings.ReplaceAll(pgtest.Q(e.schema, "outbox_seq"), "'", "''")
-	appendSQL := `INSERT INTO ` + events + ` (tenant_id, stream_id, stream_type, version, event_id, event_type,
+	appendOne := `INSERT INTO ` + events + ` (tenant_id, stream_id, stream_type, version, event_id, event_type,
+		payload, event_version, metadata, occurred_at)
+		VALUES ($1, $2, 'shop.order', $3, $4, 'shop.order.placed', $5, 1, '{}', $6)
+		RETURNING position`
+	stageOne := `INSERT INTO ` + outboxT + ` (message_id, message_type, topic, payload, metadata, tenant_id,
+		correlation_id, causation_id, partition_key, seq, source_position, next_attempt_at, created_at)
+		VALUES ($1, 'order.placed', 'orders', $2, $3, $4, $5, $5, $6, CASE WHEN $7::bool THEN nextval('` + seq + `') END,
+			$8, CASE WHEN $9::bool THEN 'infinity'::timestamptz ELSE $10 END, $10)`
+	appendMany := `INSERT INTO ` + events + ` (tenant_id, stream_id, stream_type, version, event_id, event_type,
 		payload, event_version, metadata, occurred_at)
 		SELECT $1, $2, 'shop.order', d.version, d.event_id, 'shop.order.placed', d.payload, 1, '{}', $5
 		FROM unnest($3::bigint[], $4::uuid[], $6::jsonb[]) AS d(version, event_id, payload)
 		RETURNING position`
-	stageSQL := `INSERT INTO ` + outboxT + ` (message_id, message_type, topic, payload, metadata, tenant_id,
+	stageMany := `INSERT INTO ` + outboxT + ` (message_id, message_type, topic, payload, metadata, tenant_id,
 		correlation_id, causation_id, partition_key, seq, source_position, next_attempt_at, created_at)
 		SELECT d.message_id, 'order.placed', 'orders', d.payload, d.metadata, $1, d.event_id, d.event_id, $2,
-			nextval('` + seq + `'), d.position, CASE WHEN d.ord > 1 THEN 'infinity'::timestamptz ELSE $3 END, $3
+			CASE WHEN $9::bool THEN nextval('` + seq + `') END, CASE WHEN $11::bool THEN d.position END,
+			CASE WHEN $9::bool AND (d.ord > 1 OR $10::bool) THEN 'infinity'::timestamptz ELSE $3 END, $3
 		FROM unnest($4::text[], $5::bytea[], $6::jsonb[], $7::text[], $8::bigint[]) WITH ORDINALITY
 			AS d(message_id, payload, metadata, event_id, position, ord)`
-	streams := make([]string, clients)
-	versions := make([]int64, clients)
-	for i := range streams {
-		streams[i] = fmt.Sprintf("raw-%d", benchSeq.Add(1))
-	}
+	streams, versions := rawStreams(clients), make([]int64, clients)
 	return func(w int) error {
 		ctx := context.Background()
 		now := time.Now()
+		later := versions[w] > 0 // the stream has messages pending from earlier calls
 		vs, ids, payloads := make([]int64, n), make([]uuid.UUID, n), make([][]byte, n)
 		for i := range n {
 			versions[w]++
@@ -220,12 +270,45 @@ func sameRows(e *env, clients, n int) benchpair.Op {
 			}
 			payloads[i] = p
 		}
+		msgIDs, metas, links := make([]string, n), make([][]byte, n), make([]string, n)
+		for i := range n {
+			msgIDs[i], metas[i] = uuid.NewString(), []byte(`{}`)
+			if !leave.links {
+				links[i] = ids[i].String()
+			}
+			if leave.headers {
+				continue
+			}
+			var err error
+			metas[i], err = json.Marshal(map[string]string{stagehand.HeaderEventID: ids[i].String(),
+				stagehand.HeaderEventType: "shop.order.placed", stagehand.HeaderOccurredAt: now.UTC().Format(time.RFC3339Nano),
+				stagehand.HeaderAggregateID: streams[w], stagehand.HeaderAggregateType: "shop.order"})
+			if err != nil {
+				return err
+			}
+		}
 		tx, err := e.pool.Begin(ctx)
 		if err != nil {
 			return err
 		}
 		defer func() { _ = tx.Rollback(ctx) }()
-		rows, err := tx.Query(ctx, appendSQL, stagehand.NoTenant, streams[w], vs, ids, now, payloads)
+		if n == 1 {
+			var position int64
+			if err := tx.QueryRow(ctx, appendOne, stagehand.NoTenant, streams[w], vs[0], ids[0], payloads[0], now).
+				Scan(&position); err != nil {
+				return err
+			}
+			var source any = position
+			if leave.links {
+				source = nil
+			}
+			if _, err := tx.Exec(ctx, stageOne, msgIDs[0], payloads[0], metas[0], stagehand.NoTenant, links[0],
+				streams[w], !leave.order, source, !leave.order && later, now); err != nil {
+				return err
+			}
+			return tx.Commit(ctx)
+		}
+		rows, err := tx.Query(ctx, appendMany, stagehand.NoTenant, streams[w], vs, ids, now, payloads)
 		if err != nil {
 			return err
 		}
@@ -233,19 +316,8 @@ func sameRows(e *env, clients, n int) benchpair.Op {
 		if err != nil {
 			return err
 		}
-		msgIDs, metas, eventIDs := make([]string, n), make([][]byte, n), make([]string, n)
-		for i := range n {
-			eventIDs[i] = ids[i].String()
-			msgIDs[i] = uuid.NewString()
-			metas[i], err = json.Marshal(map[string]string{stagehand.HeaderEventID: eventIDs[i],
-				stagehand.HeaderEventType: "shop.order.placed", stagehand.HeaderOccurredAt: now.UTC().Format(time.RFC3339Nano),
-				stagehand.HeaderAggregateID: streams[w], stagehand.HeaderAggregateType: "shop.order"})
-			if err != nil {
-				return err
-			}
-		}
-		if _, err := tx.Exec(ctx, stageSQL, stagehand.NoTenant, streams[w], now, msgIDs, payloads, metas, eventIDs,
-			positions); err != nil {
+		if _, err := tx.Exec(ctx, stageMany, stagehand.NoTenant, streams[w], now, msgIDs, payloads, metas, links,
+			positions, !leave.order, later, !leave.links); err != nil {
 			return err
 		}
 		return tx.Commit(ctx)

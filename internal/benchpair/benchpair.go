@@ -33,6 +33,8 @@ type Config struct {
 	// environment variable STAGEHAND_BENCH_ROUND (a duration) overrides Round.
 	Rounds int
 	Round  time.Duration
+	// Names label the subject and the baseline in the RATIO line and in errors. Default "stagehand" and "raw".
+	Names [2]string
 }
 
 // Result holds the measured rates in units per second.
@@ -64,6 +66,9 @@ func Compare(b *testing.B, cfg Config, subject, baseline Op) Result {
 	if cfg.Round <= 0 {
 		cfg.Round = 500 * time.Millisecond
 	}
+	if cfg.Names == [2]string{} {
+		cfg.Names = [2]string{"stagehand", "raw"}
+	}
 	if d, err := time.ParseDuration(os.Getenv("STAGEHAND_BENCH_ROUND")); err == nil && d > 0 {
 		cfg.Round = d
 	}
@@ -74,7 +79,7 @@ func Compare(b *testing.B, cfg Config, subject, baseline Op) Result {
 	// connections are opened, and whichever side ran first would pay for all of it.
 	for side := range sides {
 		if _, _, err := run(sides[side], cfg.Clients, cfg.Round); err != nil {
-			b.Fatalf("benchpair: warm-up of %s: %v", [2]string{"stagehand", "raw"}[side], err)
+			b.Fatalf("benchpair: warm-up of %s: %v", cfg.Names[side], err)
 		}
 	}
 	b.ResetTimer()
@@ -87,7 +92,7 @@ func Compare(b *testing.B, cfg Config, subject, baseline Op) Result {
 		for _, side := range order {
 			n, d, err := run(sides[side], cfg.Clients, cfg.Round)
 			if err != nil {
-				b.Fatalf("benchpair: %s: %v", [2]string{"stagehand", "raw"}[side], err)
+				b.Fatalf("benchpair: %s: %v", cfg.Names[side], err)
 			}
 			ops[side] += n
 			spent[side] += d
@@ -105,8 +110,8 @@ func Compare(b *testing.B, cfg Config, subject, baseline Op) Result {
 	if stolen >= 0 {
 		b.ReportMetric(stolen*100, "steal-%")
 	}
-	fmt.Printf("RATIO %s: stagehand %s %s/s, raw %s %s/s, ratio %.2fx (%s)\n", b.Name(), human(res.Subject),
-		cfg.Unit, human(res.Baseline), cfg.Unit, res.Ratio(), hoststat.Percent(stolen))
+	fmt.Printf("RATIO %s: %s %s %s/s, %s %s %s/s, ratio %.2fx (%s)\n", b.Name(), cfg.Names[0], human(res.Subject),
+		cfg.Unit, cfg.Names[1], human(res.Baseline), cfg.Unit, res.Ratio(), hoststat.Percent(stolen))
 	return res
 }
 
