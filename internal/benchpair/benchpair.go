@@ -3,7 +3,8 @@
 //
 // After one unmeasured warm-up round each, the two sides alternate in short rounds (subject, baseline, baseline,
 // subject, ...) so that drift in the machine's load (other processes, checkpoints, autovacuum) falls on both sides
-// alike. The RATIO line also says how much of the machine's CPU time the hypervisor took (steal, package hoststat)
+// alike. The RATIO line gives the ratio over all rounds and the range of the single rounds' ratios (how far it
+// moves within the run). It also says how much of the machine's CPU time the hypervisor took (steal, package hoststat)
 // while the rounds ran: a figure measured on a busy host is not comparable with one from a quiet host.
 package benchpair
 
@@ -37,9 +38,12 @@ type Config struct {
 	Names [2]string
 }
 
-// Result holds the measured rates in units per second.
+// Result holds the measured rates in units per second, and the range of the ratios of single rounds.
 type Result struct {
 	Subject, Baseline float64
+	// Low and High are the lowest and the highest ratio of one round's subject to the baseline round run next to
+	// it: how far the ratio moves within the run, which a single figure hides.
+	Low, High float64
 }
 
 // Ratio is Subject / Baseline.
@@ -74,6 +78,7 @@ func Compare(b *testing.B, cfg Config, subject, baseline Op) Result {
 	}
 	var ops [2]int64
 	var spent [2]time.Duration
+	rates := make([][2]float64, cfg.Rounds) // per round, each side's operations per second
 	sides := [2]Op{subject, baseline}
 	// One unmeasured round per side first: fresh tables extend their files, indexes split their first pages and
 	// connections are opened, and whichever side ran first would pay for all of it.
@@ -96,6 +101,7 @@ func Compare(b *testing.B, cfg Config, subject, baseline Op) Result {
 			}
 			ops[side] += n
 			spent[side] += d
+			rates[round][side] = float64(n) / d.Seconds()
 		}
 	}
 	b.StopTimer()
@@ -104,15 +110,39 @@ func Compare(b *testing.B, cfg Config, subject, baseline Op) Result {
 		Subject:  float64(ops[0]*int64(cfg.UnitsPerOp)) / spent[0].Seconds(),
 		Baseline: float64(ops[1]*int64(cfg.UnitsPerOp)) / spent[1].Seconds(),
 	}
+	res.Low, res.High = roundRange(rates)
 	b.ReportMetric(res.Subject, cfg.Unit+"/s")
 	b.ReportMetric(res.Baseline, "raw-"+cfg.Unit+"/s")
 	b.ReportMetric(res.Ratio(), "ratio")
+	b.ReportMetric(res.Low, "ratio-low")
+	b.ReportMetric(res.High, "ratio-high")
 	if stolen >= 0 {
 		b.ReportMetric(stolen*100, "steal-%")
 	}
-	fmt.Printf("RATIO %s: %s %s %s/s, %s %s %s/s, ratio %.2fx (%s)\n", b.Name(), cfg.Names[0], human(res.Subject),
-		cfg.Unit, cfg.Names[1], human(res.Baseline), cfg.Unit, res.Ratio(), hoststat.Percent(stolen))
+	fmt.Printf("RATIO %s: %s %s %s/s, %s %s %s/s, ratio %.2fx, rounds %.2f-%.2fx (%s)\n", b.Name(), cfg.Names[0],
+		human(res.Subject), cfg.Unit, cfg.Names[1], human(res.Baseline), cfg.Unit, res.Ratio(), res.Low, res.High,
+		hoststat.Percent(stolen))
 	return res
+}
+
+// roundRange returns the lowest and the highest ratio of subject to baseline rate over rounds (each [subject,
+// baseline]); rounds with a baseline rate of zero have no ratio and are skipped (0, 0 when none has one).
+func roundRange(rounds [][2]float64) (low, high float64) {
+	first := true
+	for _, r := range rounds {
+		if r[1] == 0 {
+			continue
+		}
+		q := r[0] / r[1]
+		if first || q < low {
+			low = q
+		}
+		if first || q > high {
+			high = q
+		}
+		first = false
+	}
+	return low, high
 }
 
 func run(op Op, clients int, d time.Duration) (int64, time.Duration, error) {
