@@ -127,3 +127,26 @@ func rowShapes(t *testing.T, e *env, n int) (events, messages map[string][]strin
 		ORDER BY o.partition_key, o.seq`)
 	return events, messages
 }
+
+// TestPlainPairWritesTheSameRowsEitherWay holds BenchmarkRowParts' payload comparison to its claim: the plain pair
+// that sends its payload as a parameter writes the very rows of the one whose statements carry it as a constant.
+func TestPlainPairWritesTheSameRowsEitherWay(t *testing.T) {
+	e := benchEnv(t)
+	for _, sent := range []bool{false, true} {
+		if err := plainPair(e, 1, sent)(0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var events, messages int
+	if err := e.pool.QueryRow(context.Background(), `SELECT
+		(SELECT count(DISTINCT (stream_type, version, event_type, payload, event_version, metadata)) FROM `+
+		pgtest.Q(e.schema, "events")+`),
+		(SELECT count(DISTINCT (topic, message_type, payload, metadata, seq, next_attempt_at = 'infinity')) FROM `+
+		pgtest.Q(e.schema, "outbox")+`)`).Scan(&events, &messages); err != nil {
+		t.Fatal(err)
+	}
+	if events != 1 || messages != 1 {
+		t.Fatalf("the two plain pairs wrote %d kinds of event row and %d kinds of outbox row, want 1 and 1", events,
+			messages)
+	}
+}

@@ -85,34 +85,47 @@ func BenchmarkSave(b *testing.B) {
 		for _, clients := range []int{1, 16} {
 			b.Run(fmt.Sprintf("%s/clients=%d", s, clients), func(b *testing.B) {
 				e, save := saver(b, s, clients, 1)
-				benchpair.Compare(b, benchpair.Config{Unit: "saves", Clients: clients}, save, plainPair(e, clients))
+				benchpair.Compare(b, benchpair.Config{Unit: "saves", Clients: clients}, save, plainPair(e, clients, false))
 			})
 		}
 	}
 }
 
 // plainPair returns the raw side of BenchmarkSave: one transaction per call that inserts an event row and a plain
-// outbox row (payload, topic, type, key; no metadata, no order), the payload a constant of the statement.
-func plainPair(e *env, clients int) benchpair.Op {
+// outbox row (payload, topic, type, key; no metadata, no order), the payload a constant of the statement; with
+// sent, the payload is encoded per call and sent as a parameter of both inserts instead, as an application's is.
+func plainPair(e *env, clients int, sent bool) benchpair.Op {
 	ctx := context.Background()
 	rawVersions, rawIDs := make([]int64, clients), rawStreams(clients)
 	events, outboxT := pgtest.Q(e.schema, "events"), pgtest.Q(e.schema, "outbox")
+	payload := [2]string{`'{"Total":1}'`, `'{"Total":1}'`} // in the event's insert, in the message's
+	if sent {
+		payload = [2]string{"$5", "$3"}
+	}
+	appendSQL := `INSERT INTO ` + events + ` (tenant_id, stream_id, stream_type, version, event_id, event_type, payload,
+		occurred_at) VALUES ($1, $2, 'shop.order', $3, $4, 'shop.order.placed', ` + payload[0] + `, now())`
+	stageSQL := `INSERT INTO ` + outboxT + ` (message_id, topic, message_type, payload, partition_key, next_attempt_at,
+		created_at) VALUES ($1, 'orders', 'order.placed', ` + payload[1] + `, $2, now(), now())`
 	return func(w int) error {
 		rawVersions[w]++
+		appendArgs := []any{stagehand.NoTenant, rawIDs[w], rawVersions[w], uuid.Must(uuid.NewV7())}
+		stageArgs := []any{uuid.NewString(), rawIDs[w]}
+		if sent {
+			p, err := json.Marshal(OrderPlaced{Total: 1})
+			if err != nil {
+				return err
+			}
+			appendArgs, stageArgs = append(appendArgs, p), append(stageArgs, p)
+		}
 		tx, err := e.pool.Begin(ctx)
 		if err != nil {
 			return err
 		}
 		defer func() { _ = tx.Rollback(ctx) }()
-		if _, err := tx.Exec(ctx, `INSERT INTO `+events+` (tenant_id, stream_id, stream_type, version,
-			event_id, event_type, payload, occurred_at) VALUES ($1, $2, 'shop.order', $3, $4,
-			'shop.order.placed', '{"Total":1}', now())`, stagehand.NoTenant, rawIDs[w],
-			rawVersions[w], uuid.Must(uuid.NewV7())); err != nil {
+		if _, err := tx.Exec(ctx, appendSQL, appendArgs...); err != nil {
 			return err
 		}
-		if _, err := tx.Exec(ctx, `INSERT INTO `+outboxT+` (message_id, topic, message_type, payload,
-			partition_key, next_attempt_at, created_at) VALUES ($1, 'orders', 'order.placed',
-			'{"Total":1}', $2, now(), now())`, uuid.NewString(), rawIDs[w]); err != nil {
+		if _, err := tx.Exec(ctx, stageSQL, stageArgs...); err != nil {
 			return err
 		}
 		return tx.Commit(ctx)
@@ -184,7 +197,8 @@ func BenchmarkSaveTen(b *testing.B) {
 // write, at 16 clients, with the raw side of BenchmarkSaveSameRows for one event and one message: the whole row
 // beside the plain pair, then the row without one part at a time (and without all of them) beside the whole row in
 // the same run, so a part's cost is read from one paired comparison (a ratio above 1: what leaving it out gains)
-// rather than from the difference of two ratios, each of which moves by more than a part costs:
+// rather than from the difference of two ratios, each of which moves by more than a part costs; and the plain pair
+// sending its payload as a parameter beside the plain pair whose statements carry it as a constant:
 //
 //	STAGEHAND_BENCH_ROUND=2s go test ./staging -run '^$' -bench 'BenchmarkRowParts' -benchtime 1x
 func BenchmarkRowParts(b *testing.B) {
@@ -192,7 +206,12 @@ func BenchmarkRowParts(b *testing.B) {
 	b.Run(fmt.Sprintf("whole/clients=%d", clients), func(b *testing.B) {
 		e := benchEnv(b)
 		benchpair.Compare(b, benchpair.Config{Unit: "saves", Clients: clients, Names: [2]string{"whole", "plain"}},
-			sameRows(e, clients, 1, rowParts{}), plainPair(e, clients))
+			sameRows(e, clients, 1, rowParts{}), plainPair(e, clients, false))
+	})
+	b.Run(fmt.Sprintf("plain-payload-sent/clients=%d", clients), func(b *testing.B) {
+		e := benchEnv(b)
+		benchpair.Compare(b, benchpair.Config{Unit: "saves", Clients: clients,
+			Names: [2]string{"payload-sent", "plain"}}, plainPair(e, clients, true), plainPair(e, clients, false))
 	})
 	for _, v := range []struct {
 		name  string
