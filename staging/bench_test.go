@@ -193,6 +193,21 @@ func BenchmarkSaveTen(b *testing.B) {
 // and one round trip instead of four. BenchmarkSave and BenchmarkSaveTen compare the same saves with narrower raw
 // rows (no metadata, no order), so the three ratios together say how much of the gap is the rows and how much the
 // save's own work (TestSameRowsWritesWhatASaveWrites keeps the raw side's rows the shape of the save's;
+// BenchmarkRowParts prices the rows' parts one by one):
+//
+//	go test ./staging -run '^$' -bench 'BenchmarkSaveSameRows' -benchtime 1x
+func BenchmarkSaveSameRows(b *testing.B) {
+	for _, n := range []int{1, 10} {
+		for _, clients := range []int{1, 16} {
+			b.Run(fmt.Sprintf("events=%d/clients=%d", n, clients), func(b *testing.B) {
+				e, save := saver(b, Transactional, clients, n)
+				benchpair.Compare(b, benchpair.Config{Unit: "events", UnitsPerOp: n, Clients: clients}, save,
+					sameRows(e, clients, n, rowParts{}))
+			})
+		}
+	}
+}
+
 // BenchmarkRowParts prices the parts of a staged message's row that the plain pair of BenchmarkSave does not
 // write, at 16 clients, with the raw side of BenchmarkSaveSameRows for one event and one message: the whole row
 // beside the plain pair, then the row without one part at a time (and without all of them) beside the whole row in
