@@ -131,6 +131,7 @@ var snippetImports = map[string]string{
 	"fmt":           "fmt",
 	"http":          "net/http",
 	"log":           "log",
+	"os":            "os",
 	"slog":          "log/slog",
 	"testing":       "testing",
 	"time":          "time",
