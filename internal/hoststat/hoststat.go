@@ -17,7 +17,22 @@ type CPU struct {
 	Total uint64
 	// Steal is the time the hypervisor ran something else while a virtual CPU was runnable.
 	Steal uint64
+	// Idle is the time no CPU had work (idle and iowait).
+	Idle uint64
 }
+
+// Busy is the CPU time between earlier and c that ran this machine's own work (neither idle nor steal), in
+// seconds of one CPU (USER_HZ, 100 ticks a second on Linux).
+func (c CPU) Busy(earlier CPU) float64 {
+	total, idle, steal := c.Total-earlier.Total, c.Idle-earlier.Idle, c.Steal-earlier.Steal
+	if c.Total < earlier.Total || c.Idle < earlier.Idle || c.Steal < earlier.Steal || idle+steal > total {
+		return 0
+	}
+	return float64(total-idle-steal) / ticksPerSecond
+}
+
+// ticksPerSecond is USER_HZ, the unit of /proc/stat: 100 on every Linux architecture Go runs on.
+const ticksPerSecond = 100
 
 // StealSince is the share (0 to 1) of the CPU time between earlier and c that was steal, or 0 when no time passed.
 func (c CPU) StealSince(earlier CPU) float64 {
@@ -59,7 +74,10 @@ func parse(r io.Reader) (CPU, error) {
 				return CPU{}, fmt.Errorf("hoststat: /proc/stat field %d of the cpu line: %w", i+1, err)
 			}
 			c.Total += v
-			if i == 7 {
+			switch i {
+			case 3, 4: // idle, iowait
+				c.Idle += v
+			case 7:
 				c.Steal = v
 			}
 		}

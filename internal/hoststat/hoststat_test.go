@@ -14,8 +14,18 @@ func TestParseReadsStealFromTheAggregateLine(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Guest and guest_nice (7, 3) are part of user and nice already: not counted twice.
-	if c.Total != 100+5+50+800+10+1+2+32 || c.Steal != 32 {
-		t.Fatalf("got %+v, want total 1000 and steal 32", c)
+	if c.Total != 100+5+50+800+10+1+2+32 || c.Steal != 32 || c.Idle != 800+10 {
+		t.Fatalf("got %+v, want total 1000, steal 32 and idle 810", c)
+	}
+}
+
+func TestBusyLeavesOutIdleAndSteal(t *testing.T) {
+	a, b := CPU{Total: 1000, Idle: 600, Steal: 100}, CPU{Total: 1400, Idle: 750, Steal: 150}
+	if got := b.Busy(a); got != 2 { // 400 ticks, 150 idle, 50 steal: 200 ticks, 2 s
+		t.Fatalf("got %v s, want 2", got)
+	}
+	if got := a.Busy(b); got != 0 {
+		t.Fatalf("counters going backwards: got %v", got)
 	}
 }
 

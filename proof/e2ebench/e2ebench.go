@@ -10,6 +10,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
@@ -75,6 +76,10 @@ type Config struct {
 	Logger *slog.Logger
 	// Progress receives one line per round as the run goes. Default: discarded.
 	Progress io.Writer
+	// Observe, when set, is called as each round starts (warm-up rounds too), with the path and the offered rate
+	// (0: closed loop), and the function it returns when every message of the round has been handled: for
+	// sampling the database (pg_stat_statements, say) per round.
+	Observe func(path string, rate float64) (done func())
 }
 
 func (c *Config) validate() error {
@@ -157,6 +162,73 @@ type Round struct {
 	// its start to its last message handled; -1 where /proc/stat cannot be read): a round on a busy host is slower
 	// for reasons neither path controls.
 	Steal float64
+	// CPU is the machine's CPU time per message produced in the round, from its start until every message was
+	// handled (neither idle nor steal: this process, PostgreSQL and anything else running); GoCPU is this
+	// process's share (producers, relay or forwarder, the embedded broker, consumers; the idle path's polling
+	// too). Zero where they cannot be read.
+	CPU, GoCPU time.Duration
+	// Relay is what stagehand's relay did in the round (zero for the forwarder's rounds): how its statements
+	// amortise over the messages.
+	Relay RelayWork
+}
+
+// RelayWork counts the relay's claims (EmptyClaims of them found nothing) and marks (from outbox.Hooks) and the
+// rows they carried.
+type RelayWork struct {
+	Claims, EmptyClaims, ClaimedRows, Marks, MarkedRows int64
+}
+
+// String is ", relay R rows/claim (E% empty), M rows/mark" ("" when the relay did nothing).
+func (w RelayWork) String() string {
+	if w.Claims == 0 || w.Marks == 0 {
+		return ""
+	}
+	return fmt.Sprintf(", relay %.1f rows/claim (%.0f%% empty), %.1f rows/mark",
+		float64(w.ClaimedRows)/float64(w.Claims), 100*float64(w.EmptyClaims)/float64(w.Claims),
+		float64(w.MarkedRows)/float64(w.Marks))
+}
+
+// sub is the work from before to w.
+func (w RelayWork) sub(before RelayWork) RelayWork {
+	return RelayWork{Claims: w.Claims - before.Claims, EmptyClaims: w.EmptyClaims - before.EmptyClaims,
+		ClaimedRows: w.ClaimedRows - before.ClaimedRows, Marks: w.Marks - before.Marks,
+		MarkedRows: w.MarkedRows - before.MarkedRows}
+}
+
+// relayTally is the running count behind RelayWork.
+type relayTally struct {
+	claims, emptyClaims, claimedRows, marks, markedRows atomic.Int64
+}
+
+func (t *relayTally) snapshot() RelayWork {
+	return RelayWork{Claims: t.claims.Load(), EmptyClaims: t.emptyClaims.Load(), ClaimedRows: t.claimedRows.Load(),
+		Marks: t.marks.Load(), MarkedRows: t.markedRows.Load()}
+}
+
+// hook counts the relay's claims and marks, and calls the hooks h already had.
+func (t *relayTally) hook(h *outbox.Hooks) {
+	claimed, marked := h.Claimed, h.Marked
+	h.Claimed = func(ctx context.Context, rows int, took time.Duration, err error) {
+		if err == nil {
+			t.claims.Add(1)
+			t.claimedRows.Add(int64(rows))
+			if rows == 0 {
+				t.emptyClaims.Add(1)
+			}
+		}
+		if claimed != nil {
+			claimed(ctx, rows, took, err)
+		}
+	}
+	h.Marked = func(ctx context.Context, rows int, took time.Duration, err error) {
+		if err == nil && rows > 0 {
+			t.marks.Add(1)
+			t.markedRows.Add(int64(rows))
+		}
+		if marked != nil {
+			marked(ctx, rows, took, err)
+		}
+	}
 }
 
 // KeptUp reports whether the path delivered a paced round at the offered rate: everything handled, at least 95%
@@ -336,6 +408,8 @@ func Run(ctx context.Context, cfg Config) (*Results, error) {
 	}
 	relayCfg.ProcessorID = "e2ebench"
 	relayCfg.IsBrokerUnavailable = natsjs.Unavailable
+	tally := &relayTally{}
+	tally.hook(&relayCfg.Hooks)
 	relay, err := ob.NewRelay(relayCfg)
 	if err != nil {
 		return nil, fmt.Errorf("e2ebench: relay: %w", err)
@@ -362,7 +436,7 @@ func Run(ctx context.Context, cfg Config) (*Results, error) {
 	}
 	stops = append(stops, func() { _ = stopForwarder() })
 
-	r := &runner{cfg: cfg}
+	r := &runner{cfg: cfg, relay: tally}
 	step("machine: %s", res.Machine)
 	for _, p := range []*path{sh, fw} {
 		if _, err := r.round(ctx, p, 200, cfg.PacedWorkers, cfg.Warmup); err != nil {
@@ -389,8 +463,8 @@ func Run(ctx context.Context, cfg Config) (*Results, error) {
 			}
 			res.Saturation = append(res.Saturation, rd)
 			sums[p.name] += rd.Throughput
-			step("closed loop %-9s produced %6d (%5.0f/s), delivered end to end %5.0f msgs/s, lag %.1fs, %s", p.name,
-				rd.Produced, rd.ProduceRate, rd.Throughput, rd.Lag.Seconds(), hoststat.Percent(rd.Steal))
+			step("closed loop %-9s produced %6d (%5.0f/s), delivered end to end %5.0f msgs/s, lag %.1fs, %s%s", p.name,
+				rd.Produced, rd.ProduceRate, rd.Throughput, rd.Lag.Seconds(), hoststat.Percent(rd.Steal), rd.cpuText()+rd.Relay.String())
 		}
 	}
 	res.MaxStagehand = sums[PathStagehand] / float64(cfg.SaturationRounds)
@@ -416,8 +490,8 @@ func Run(ctx context.Context, cfg Config) (*Results, error) {
 				pr.Forwarder = rd
 			}
 			step("paced %3.0f%% %-9s %5.0f msgs/s offered: p50 %s p99 %s (append p50 %s p99 %s), delivered %5.0f "+
-				"msgs/s, lag %.1fs, %s", f*100, p.name, rate, ms(rd.P50), ms(rd.P99), ms(rd.AppendP50),
-				ms(rd.AppendP99), rd.Throughput, rd.Lag.Seconds(), hoststat.Percent(rd.Steal))
+				"msgs/s, lag %.1fs, %s%s", f*100, p.name, rate, ms(rd.P50), ms(rd.P99), ms(rd.AppendP50),
+				ms(rd.AppendP99), rd.Throughput, rd.Lag.Seconds(), hoststat.Percent(rd.Steal), rd.cpuText()+rd.Relay.String())
 		}
 		res.Paced = append(res.Paced, pr)
 	}
@@ -455,6 +529,7 @@ func runRouter(ctx context.Context, router *message.Router) (stop func(), err er
 // round's stragglers.
 type runner struct {
 	cfg      Config
+	relay    *relayTally // stagehand's relay
 	phase    int
 	produced map[string]int64
 }
@@ -470,7 +545,15 @@ func (r *runner) round(ctx context.Context, p *path, rate float64, workers int, 
 	var next, produced atomic.Int64
 	var appendMu sync.Mutex
 	var appendLatency []time.Duration
+	if r.cfg.Observe != nil {
+		if done := r.cfg.Observe(p.name, rate); done != nil {
+			defer done()
+		}
+	}
 	steal := hoststat.Steal()
+	relayBefore := r.relay.snapshot()
+	cpuBefore, cpuErr := hoststat.Read()
+	goBefore := processCPU()
 	start := time.Now()
 	end := start.Add(d)
 	g, gctx := errgroup.WithContext(ctx)
@@ -517,9 +600,17 @@ func (r *runner) round(ctx context.Context, p *path, rate float64, workers int, 
 			return Round{}, err
 		}
 	}
+	var cpu, goCPU time.Duration
+	if cpuAfter, err := hoststat.Read(); err == nil && cpuErr == nil && n > 0 {
+		cpu = time.Duration(cpuAfter.Busy(cpuBefore) / float64(n) * float64(time.Second))
+		goCPU = (processCPU() - goBefore) / time.Duration(n)
+	}
 	log := p.rec.take(phase)
 	rd := Round{Path: p.name, Offered: rate, Produced: n, Handled: log.handled,
-		ProduceRate: float64(n) / stopped.Sub(start).Seconds(), Steal: steal()}
+		ProduceRate: float64(n) / stopped.Sub(start).Seconds(), Steal: steal(), CPU: cpu, GoCPU: goCPU}
+	if p.name == PathStagehand {
+		rd.Relay = r.relay.snapshot().sub(relayBefore)
+	}
 	if n > 0 {
 		rd.Throughput = float64(n) / log.last.Sub(start).Seconds()
 		rd.Lag = max(0, log.last.Sub(stopped))
@@ -529,6 +620,23 @@ func (r *runner) round(ctx context.Context, p *path, rate float64, workers int, 
 		rd.AppendP50, rd.AppendP99 = quantile(appendLatency, 0.50), quantile(appendLatency, 0.99)
 	}
 	return rd, nil
+}
+
+// processCPU is the CPU time this process has used (user and system), or 0 where it cannot be read.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// cpuText is ", CPU c/msg (Go g)" for a report line ("" when unmeasured).
+func (r Round) cpuText() string {
+	if r.CPU == 0 {
+		return ""
+	}
+	return fmt.Sprintf(", CPU %.0f µs/msg (Go %.0f µs)", float64(r.CPU.Microseconds()), float64(r.GoCPU.Microseconds()))
 }
 
 // quantile returns the q-quantile of sorted (nearest rank); 0 for none.
