@@ -180,6 +180,13 @@ func (f *inflight) roomFor(batch, parallelism int) int {
 	return min(batch, room)
 }
 
+// busy reports whether rows are queued or being delivered (their acknowledgements are still to come).
+func (f *inflight) busy() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.pending > 0
+}
+
 // empty reports whether no row is held or pending.
 func (f *inflight) empty() bool {
 	f.mu.Lock()

@@ -17,11 +17,13 @@ import (
 const maxMark = 5000
 
 // marker collects acknowledged rows until they are marked sent. Whatever arrives while a mark statement runs goes
-// into the next one, so the database sees one statement per burst rather than one per message.
+// into the next one, so the database sees one statement per burst rather than one per message; and while other
+// deliveries are still under way, a mark waits up to markGather for their acknowledgements (see gathering).
 type marker struct {
 	mu      sync.Mutex
 	acks    []*row
-	marking int // rows in the mark statement running now
+	since   time.Time // when the oldest of acks arrived
+	marking int       // rows in the mark statement running now
 	arrived chan struct{}
 }
 
@@ -29,9 +31,35 @@ func newMarker() *marker { return &marker{arrived: make(chan struct{}, 1)} }
 
 func (m *marker) add(rw *row) {
 	m.mu.Lock()
+	if len(m.acks) == 0 {
+		m.since = time.Now()
+	}
 	m.acks = append(m.acks, rw)
 	m.mu.Unlock()
 	signal(m.arrived)
+}
+
+// markGather bounds how long acknowledged rows wait for the acknowledgements of the deliveries still under way, so
+// they share one mark. At moderate rates a mark otherwise carried one or two rows: measured end to end at 560-590
+// messages/s, 1.5-1.6 rows a mark, each mark a round trip of four statements (the relay's settings, the key
+// locks, the move to the ledger, the promotion) of about 250 µs of database time in all. Marking is off the
+// delivery path (a message is published before it is marked); what waits is the promotion of a key's message
+// staged after its run was claimed, and rows acknowledged but not yet marked are published again if the relay
+// dies in between, as they always could be.
+const markGather = 5 * time.Millisecond
+
+// gathering reports how long the acknowledged rows should still wait for more before their mark: until markGather
+// after the oldest of them arrived, while busy (deliveries are queued or under way in this loop, whose
+// acknowledgements would follow soon) and fewer than full rows are waiting. Zero: mark now. Nothing waits when
+// nothing else is under way, so a lone message, or the end of a key's run that its next run waits for, is
+// marked at once.
+func (m *marker) gathering(busy bool, full int, now time.Time) time.Duration {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if !busy || len(m.acks) == 0 || len(m.acks) >= full {
+		return 0
+	}
+	return max(0, m.since.Add(markGather).Sub(now))
 }
 
 // take takes up to maxMark acknowledged rows to mark.
@@ -67,7 +95,30 @@ func (m *marker) idle() bool {
 func (loop *claimLoop) markAcknowledged() {
 	retry := time.NewTimer(time.Hour)
 	defer retry.Stop()
+	gather := time.NewTimer(time.Hour)
+	defer gather.Stop()
 	for {
+		wait := time.Duration(0)
+		select {
+		case <-loop.stopped: // the workers are done: nothing more is coming
+		default:
+			wait = loop.marks.gathering(loop.flight.busy(), loop.cfg.BatchSize, time.Now())
+		}
+		if wait > 0 {
+			gather.Reset(wait)
+			select {
+			case <-loop.marks.arrived:
+			case <-gather.C:
+			case <-loop.stopped:
+			}
+			if !gather.Stop() {
+				select {
+				case <-gather.C:
+				default:
+				}
+			}
+			continue
+		}
 		if batch := loop.marks.take(); len(batch) > 0 {
 			promoted, err := loop.mark(rowIDs(batch), endedRuns(batch))
 			if errors.Is(err, ErrFenced) {

@@ -3,10 +3,12 @@ package outbox_test
 import (
 	"context"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/stretchr/testify/require"
 
 	"github.com/stagehand-es/stagehand/internal/pgtest"
@@ -109,4 +111,70 @@ func TestMarkWakesTheClaimerOnlyWhenItPromoted(t *testing.T) {
 	require.EqualValues(t, 1, e.count("outbox", "next_attempt_at = 'infinity'"), "the second waits behind the first")
 	waitPublished(n + 2)
 	require.Equal(t, "pair-2", b.snapshot()[n+1].id)
+}
+
+// staggered is a publisher that accepts one publication at a time, each taking gap: acknowledgements of the
+// deliveries in flight arrive one by one, gap apart.
+type staggered struct {
+	mu   sync.Mutex
+	gap  time.Duration
+	last time.Time // when the latest publication returned
+}
+
+func (s *staggered) Publish(string, ...*message.Message) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	time.Sleep(s.gap)
+	s.last = time.Now()
+	return nil
+}
+
+func (s *staggered) Close() error { return nil }
+
+// Acknowledgements that arrive while other deliveries are under way share a mark: the marker waits a few
+// milliseconds for them rather than marking each as it comes (a mark is a round trip of four statements), and a
+// message with nothing else in flight is marked at once.
+func TestMarkGathersTheAcknowledgementsOfDeliveriesUnderWay(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	ctx := context.Background()
+	var marks, marked atomic.Int64
+	var lastMark atomic.Value // when the latest mark started
+	r := e.relay(func(c *outbox.RelayConfig) {
+		c.MaxDegreeOfParallelism = 4
+		c.Hooks.Marked = func(_ context.Context, rows int, took time.Duration, err error) {
+			if err == nil && rows > 0 {
+				lastMark.Store(time.Now().Add(-took))
+				marked.Add(int64(rows))
+				marks.Add(1)
+			}
+		}
+	})
+	const n = 60
+	_, err := e.ob.Stage(ctx, msgs("gathered", n, nil)...)
+	require.NoError(t, err)
+	pub := &staggered{gap: time.Millisecond}
+	runRouter(t, r, pub, nil)
+	require.Eventually(t, func() bool { return marked.Load() == n }, 20*time.Second, time.Millisecond)
+	// An acknowledgement a millisecond: marking each as it came made 40-60 marks here (the ones that arrived while
+	// a mark ran went into the next); gathering for markGather makes about n / 5.
+	require.LessOrEqual(t, marks.Load(), int64(n/3), "%d marks for %d acknowledgements a millisecond apart",
+		marks.Load(), n)
+
+	// Alone, a message is marked as soon as it is acknowledged: from the publication's return to the mark's start,
+	// less than the gathering time (the least of five, so a pause of the machine cannot fail the test; gathering
+	// would make every one of them longer).
+	least := time.Hour
+	for i := range 5 {
+		before := marks.Load()
+		_, err = e.ob.Stage(ctx, outbox.Message{ID: fmt.Sprintf("alone-%d", i), Topic: "alone", Payload: []byte("{}")})
+		require.NoError(t, err)
+		require.Eventually(t, func() bool { return marks.Load() == before+1 }, 10*time.Second, time.Millisecond)
+		pub.mu.Lock()
+		wait := lastMark.Load().(time.Time).Sub(pub.last)
+		pub.mu.Unlock()
+		least = min(least, wait)
+	}
+	require.Less(t, least, 4*time.Millisecond, "a lone message waited before its mark")
+	require.EqualValues(t, 0, e.count("outbox"))
 }

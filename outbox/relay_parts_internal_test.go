@@ -146,3 +146,34 @@ func TestMarkerCoalescesUpToItsCap(t *testing.T) {
 		t.Fatal("the marker is not idle once everything is marked")
 	}
 }
+
+func TestMarkerGathersOnlyWhileDeliveriesAreUnderWay(t *testing.T) {
+	m := newMarker()
+	if got := m.gathering(true, 100, time.Now()); got != 0 {
+		t.Fatalf("nothing acknowledged: waits %v, want 0", got)
+	}
+	m.add(&row{rid: 1})
+	arrived := m.since
+	if got := m.gathering(false, 100, arrived); got != 0 {
+		t.Fatalf("nothing else under way: waits %v, want 0 (a lone message is marked at once)", got)
+	}
+	if got := m.gathering(true, 100, arrived.Add(time.Millisecond)); got != markGather-time.Millisecond {
+		t.Fatalf("deliveries under way, 1ms after the ack: waits %v, want %v", got, markGather-time.Millisecond)
+	}
+	m.add(&row{rid: 2})
+	if m.since != arrived {
+		t.Fatal("a later acknowledgement moved the start of the wait: rows could wait for ever under a steady flow")
+	}
+	if got := m.gathering(true, 100, arrived.Add(markGather)); got != 0 {
+		t.Fatalf("markGather after the oldest ack: waits %v, want 0", got)
+	}
+	if got := m.gathering(true, 2, arrived); got != 0 {
+		t.Fatalf("a full mark waiting: waits %v, want 0", got)
+	}
+	m.take()
+	m.marked()
+	m.add(&row{rid: 3})
+	if m.since.Before(arrived) || m.gathering(true, 100, m.since) != markGather {
+		t.Fatal("the wait does not start again with the first acknowledgement after a mark")
+	}
+}
