@@ -172,9 +172,26 @@ func testRelayPauses(t *testing.T, kind string) {
 	rows, most = attempts("outbox_sent") // the ledger records the attempt that published: 1 is the first
 	require.Equal(t, int64(messages), rows)
 	require.Equal(t, int64(1), most, "every message was published on its first attempt")
-	seen := map[string]bool{}
-	require.NoError(t, brk.readStored(ctx, func(c storedCopy) error { seen[c.id] = true; return nil }))
-	for _, m := range msgs {
-		require.True(t, seen[m.ID], "message %s at the broker", m.ID)
+	// Every message is at the broker. The copy is read up to the count the broker reports when the read starts. Once,
+	// in CI on a loaded machine, one confirmed message was missing from that read (not reproduced in a dozen
+	// isolated runs since), so a read that misses messages logs them and is repeated after 2 s: a count reported
+	// before the broker had enqueued a message then passes, logged, and a message the broker does not have still
+	// fails the test.
+	missing := func() []string {
+		seen := map[string]bool{}
+		require.NoError(t, brk.readStored(ctx, func(c storedCopy) error { seen[c.id] = true; return nil }))
+		var out []string
+		for _, m := range msgs {
+			if !seen[m.ID] {
+				out = append(out, m.ID)
+			}
+		}
+		return out
+	}
+	if first := missing(); len(first) > 0 {
+		t.Logf("%s: %d of %d messages missing from the broker's copy at the first read: %v; reading again in 2 s",
+			kind, len(first), messages, first)
+		time.Sleep(2 * time.Second)
+		require.Empty(t, missing(), "messages the broker confirmed but does not have")
 	}
 }
