@@ -91,10 +91,10 @@ func TestHotStatementsAreNotReplanned(t *testing.T) {
 	require.Equal(t, Transactional, st.Strategy())
 
 	// A vacuum makes each connection that runs a statement plan it again: a statement of the relay, called once per
-	// claim of about ten rows here, is planned by its two or three connections every vacuumAfterRows/10 calls. The
-	// run is sized for four vacuums at 0.3-0.6% of calls (the default VacuumAfterRows, 10,000, spaces vacuums 2.5
-	// times wider still).
-	const clients, rounds, vacuumAfterRows = 2, 3500, 3500
+	// claim of about ten rows here, or once per mark of ten to twenty (a mark gathers the acknowledgements of the
+	// deliveries under way), is planned by its two or three connections every vacuumAfterRows/10 or /20 calls. The
+	// relay vacuums at its default, after 10,000 rows moved, and the run is sized for three vacuums.
+	const clients, rounds, vacuumAfterRows = 2, 7500, 10_000
 
 	// The relay runs on a pool of its own, as a relay process would.
 	relayOutbox, err := outbox.New(pgtest.PoolFor(t, url), &outbox.Config{Schema: schema})
