@@ -82,6 +82,21 @@ func TestSmoke(t *testing.T) {
 		require.Positive(t, rd.Throughput, rd.Path)
 		require.LessOrEqual(t, rd.Throughput, rd.ProduceRate*1.0001, "%s: delivered faster than appended", rd.Path)
 	}
+	// What each round reports of the machine and of the relay: CPU per message on both paths, the relay's claims and
+	// marks on stagehand's only.
+	for _, rd := range res.Saturation {
+		if runtime.GOOS == "linux" {
+			require.Positive(t, rd.CPU, rd.Path)
+			require.Positive(t, rd.GoCPU, rd.Path)
+		}
+	}
+	sh, fw := res.Saturation[0].Relay, res.Saturation[1].Relay
+	require.Positive(t, sh.Claims)
+	require.Positive(t, sh.ClaimedRows)
+	require.Positive(t, sh.Marks)
+	require.LessOrEqual(t, sh.Marks, sh.MarkedRows)
+	require.Contains(t, sh.String(), "rows/claim")
+	require.Zero(t, fw, "the forwarder's round counted relay work")
 	require.Equal(t, res.Saturation[0].Throughput, res.MaxStagehand)
 	require.Equal(t, res.Saturation[1].Throughput, res.MaxForwarder)
 	require.InDelta(t, res.MaxStagehand/res.MaxForwarder, res.Ratio(), 1e-9)

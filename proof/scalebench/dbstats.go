@@ -14,6 +14,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/stagehand-es/stagehand/internal/hoststat"
 	"github.com/stagehand-es/stagehand/internal/pgtest"
 )
 
@@ -137,30 +138,14 @@ func procStat(pid int) (stat, error) {
 	return stat{ppid: n(1), utime: n(11), stime: n(12), cutime: n(13), cstime: n(14)}, nil
 }
 
-// MachineCPU is the machine's busy and total CPU time so far, summed over its cores (/proc/stat).
+// MachineCPU is the machine's busy (steal included) and total CPU time so far, summed over its cores (/proc/stat).
 func MachineCPU() (busy, total time.Duration, err error) {
-	b, err := os.ReadFile("/proc/stat")
+	c, err := hoststat.Read()
 	if err != nil {
-		return 0, 0, fmt.Errorf("scalebench: /proc/stat: %w", err)
-	}
-	line, _, _ := strings.Cut(string(b), "\n")
-	f := strings.Fields(line)
-	if len(f) < 8 || f[0] != "cpu" {
-		return 0, 0, fmt.Errorf("scalebench: /proc/stat: malformed")
-	}
-	var sum, idle int64
-	for k, s := range f[1:] {
-		v, _ := strconv.ParseInt(s, 10, 64)
-		if k >= 8 { // guest time is already counted in user time
-			break
-		}
-		sum += v
-		if k == 3 || k == 4 { // idle, iowait
-			idle += v
-		}
+		return 0, 0, fmt.Errorf("scalebench: %w", err)
 	}
 	tick := time.Second / clockTicks
-	return time.Duration(sum-idle) * tick, time.Duration(sum) * tick, nil
+	return time.Duration(c.Total-c.Idle) * tick, time.Duration(c.Total) * tick, nil
 }
 
 // LoadAvg is /proc/loadavg's three load averages.
