@@ -46,6 +46,12 @@ type Config struct {
 	SaturationWorkers int
 	// Paced is how long paced (open-loop) producers run at each rate, per path. Default 15s.
 	Paced time.Duration
+	// PacedSlices is how many slices each path's Paced time at a rate is cut into, run alternating the paths in
+	// the order stagehand, forwarder, forwarder, stagehand, stagehand, ... so that whatever changes over the rate's
+	// run (the tables' growth, an autovacuum, a busy host) weighs on both paths alike; the percentiles pool the
+	// messages of every slice of a path. Default 4. One slice per path compares two different stretches of the
+	// run, and a tail percentile of one stretch moves with what happened in it.
+	PacedSlices int
 	// Fractions of stagehand's maximum sustainable rate at which both paths are then run, paced. Default 0.25,
 	// 0.5 and 0.9. Each must be in (0, 1].
 	Fractions []float64
@@ -95,7 +101,7 @@ func (c *Config) validate() error {
 		name string
 		n    int
 	}{{"SaturationRounds", c.SaturationRounds}, {"SaturationWorkers", c.SaturationWorkers},
-		{"PacedWorkers", c.PacedWorkers}, {"PoolSize", c.PoolSize}} {
+		{"PacedSlices", c.PacedSlices}, {"PacedWorkers", c.PacedWorkers}, {"PoolSize", c.PoolSize}} {
 		if f.n < 0 {
 			return fmt.Errorf("e2ebench: %s must not be negative, got %d", f.name, f.n)
 		}
@@ -120,6 +126,9 @@ func (c *Config) validate() error {
 	}
 	if c.SaturationWorkers == 0 {
 		c.SaturationWorkers = 16
+	}
+	if c.PacedSlices == 0 {
+		c.PacedSlices = 4
 	}
 	if c.PacedWorkers == 0 {
 		c.PacedWorkers = 64
@@ -170,6 +179,9 @@ type Round struct {
 	// Relay is what stagehand's relay did in the round (zero for the forwarder's rounds): how its statements
 	// amortise over the messages.
 	Relay RelayWork
+	// SliceP99 is the append → handled p99 of each slice of a paced round, in the order run (one for a
+	// closed-loop round): how far the pooled P99 rests on one stretch of the run.
+	SliceP99 []time.Duration
 }
 
 // RelayWork counts the relay's claims (EmptyClaims of them found nothing) and marks (from outbox.Hooks) and the
@@ -193,6 +205,13 @@ func (w RelayWork) sub(before RelayWork) RelayWork {
 	return RelayWork{Claims: w.Claims - before.Claims, EmptyClaims: w.EmptyClaims - before.EmptyClaims,
 		ClaimedRows: w.ClaimedRows - before.ClaimedRows, Marks: w.Marks - before.Marks,
 		MarkedRows: w.MarkedRows - before.MarkedRows}
+}
+
+// add is w and more together.
+func (w RelayWork) add(more RelayWork) RelayWork {
+	return RelayWork{Claims: w.Claims + more.Claims, EmptyClaims: w.EmptyClaims + more.EmptyClaims,
+		ClaimedRows: w.ClaimedRows + more.ClaimedRows, Marks: w.Marks + more.Marks,
+		MarkedRows: w.MarkedRows + more.MarkedRows}
 }
 
 // relayTally is the running count behind RelayWork.
@@ -472,26 +491,25 @@ func Run(ctx context.Context, cfg Config) (*Results, error) {
 	step("maximum sustainable rate: stagehand %.0f msgs/s, forwarder %.0f msgs/s (%.2fx)", res.MaxStagehand,
 		res.MaxForwarder, res.Ratio())
 
-	for i, f := range cfg.Fractions {
+	for _, f := range cfg.Fractions {
 		rate := f * res.MaxStagehand
 		pr := Paced{Fraction: f, Rate: rate}
-		order := []*path{sh, fw}
-		if i%2 == 1 {
-			order = []*path{fw, sh}
-		}
-		for _, p := range order {
-			rd, err := r.round(ctx, p, rate, cfg.PacedWorkers, cfg.Paced)
+		parts := map[*path][]slice{}
+		each := cfg.Paced / time.Duration(cfg.PacedSlices)
+		for _, p := range pacedOrder(sh, fw, cfg.PacedSlices) {
+			s, err := r.slice(ctx, p, rate, cfg.PacedWorkers, each)
 			if err != nil {
 				return res, err
 			}
-			if p == sh {
-				pr.Stagehand = rd
-			} else {
-				pr.Forwarder = rd
-			}
-			step("paced %3.0f%% %-9s %5.0f msgs/s offered: p50 %s p99 %s (append p50 %s p99 %s), delivered %5.0f "+
-				"msgs/s, lag %.1fs, %s%s", f*100, p.name, rate, ms(rd.P50), ms(rd.P99), ms(rd.AppendP50),
-				ms(rd.AppendP99), rd.Throughput, rd.Lag.Seconds(), hoststat.Percent(rd.Steal), rd.cpuText()+rd.Relay.String())
+			parts[p] = append(parts[p], s)
+		}
+		pr.Stagehand = summarize(sh.name, rate, parts[sh])
+		pr.Forwarder = summarize(fw.name, rate, parts[fw])
+		for _, rd := range []Round{pr.Stagehand, pr.Forwarder} {
+			step("paced %3.0f%% %-9s %5.0f msgs/s offered: p50 %s p99 %s (append p50 %s p99 %s; p99 of each slice %s), "+
+				"delivered %5.0f msgs/s, lag %.1fs, %s%s", f*100, rd.Path, rate, ms(rd.P50), ms(rd.P99),
+				ms(rd.AppendP50), ms(rd.AppendP99), msList(rd.SliceP99), rd.Throughput, rd.Lag.Seconds(),
+				hoststat.Percent(rd.Steal), rd.cpuText()+rd.Relay.String())
 		}
 		res.Paced = append(res.Paced, pr)
 	}
@@ -537,6 +555,41 @@ type runner struct {
 // round runs p's producers for d: paced at rate messages/s, or closed-loop (as fast as they can) when rate is 0;
 // then waits until everything they appended has been handled, and measures.
 func (r *runner) round(ctx context.Context, p *path, rate float64, workers int, d time.Duration) (Round, error) {
+	s, err := r.slice(ctx, p, rate, workers, d)
+	if err != nil {
+		return Round{}, err
+	}
+	return summarize(p.name, rate, []slice{s}), nil
+}
+
+// pacedOrder is the order of a rate's slices: n of each path, in pairs alternating which path goes first (a, b,
+// b, a, a, b, ...): with an even n each path goes first in half the pairs, and their slices' mean position in
+// the run is the same.
+func pacedOrder(a, b *path, n int) []*path {
+	order := make([]*path, 0, 2*n)
+	for i := range n {
+		if i%2 == 0 {
+			order = append(order, a, b)
+		} else {
+			order = append(order, b, a)
+		}
+	}
+	return order
+}
+
+// slice is what one run of a path's producers left to measure.
+type slice struct {
+	produced, handled    int
+	start, stopped, last time.Time       // the producers' start and stop, the last message handled
+	latency, append      []time.Duration // append → handled and the append alone, per message
+	busy                 float64         // the machine's CPU seconds, neither idle nor steal (-1: unknown)
+	goCPU                time.Duration   // this process's CPU time
+	steal                float64         // share of the slice (-1: unknown)
+	relay                RelayWork
+}
+
+// slice runs p's producers for d (see round) and keeps what they did.
+func (r *runner) slice(ctx context.Context, p *path, rate float64, workers int, d time.Duration) (slice, error) {
 	r.phase++
 	phase := r.phase
 	if r.produced == nil {
@@ -588,38 +641,82 @@ func (r *runner) round(ctx context.Context, p *path, rate float64, workers int, 
 	n := int(produced.Load())
 	r.produced[p.name] += int64(n)
 	if err != nil {
-		return Round{}, err
+		return slice{}, err
 	}
 	deadline := time.Now().Add(r.cfg.DrainTimeout)
 	for p.rec.count(phase) < n {
 		if time.Now().After(deadline) {
-			return Round{}, fmt.Errorf("e2ebench: %s: %d of %d messages handled %s after the producers stopped",
+			return slice{}, fmt.Errorf("e2ebench: %s: %d of %d messages handled %s after the producers stopped",
 				p.name, p.rec.count(phase), n, r.cfg.DrainTimeout)
 		}
 		if err := sleepUntil(ctx, time.Now().Add(2*time.Millisecond)); err != nil {
-			return Round{}, err
+			return slice{}, err
 		}
 	}
-	var cpu, goCPU time.Duration
-	if cpuAfter, err := hoststat.Read(); err == nil && cpuErr == nil && n > 0 {
-		cpu = time.Duration(cpuAfter.Busy(cpuBefore) / float64(n) * float64(time.Second))
-		goCPU = (processCPU() - goBefore) / time.Duration(n)
+	s := slice{produced: n, start: start, stopped: stopped, append: appendLatency, busy: -1, steal: steal()}
+	if cpuAfter, err := hoststat.Read(); err == nil && cpuErr == nil {
+		s.busy = cpuAfter.Busy(cpuBefore)
+		s.goCPU = processCPU() - goBefore
 	}
 	log := p.rec.take(phase)
-	rd := Round{Path: p.name, Offered: rate, Produced: n, Handled: log.handled,
-		ProduceRate: float64(n) / stopped.Sub(start).Seconds(), Steal: steal(), CPU: cpu, GoCPU: goCPU}
+	s.handled, s.last, s.latency = log.handled, log.last, log.latency
 	if p.name == PathStagehand {
-		rd.Relay = r.relay.snapshot().sub(relayBefore)
+		s.relay = r.relay.snapshot().sub(relayBefore)
 	}
-	if n > 0 {
-		rd.Throughput = float64(n) / log.last.Sub(start).Seconds()
-		rd.Lag = max(0, log.last.Sub(stopped))
-		slices.Sort(log.latency)
-		rd.P50, rd.P99, rd.Max = quantile(log.latency, 0.50), quantile(log.latency, 0.99), log.latency[len(log.latency)-1]
-		slices.Sort(appendLatency)
-		rd.AppendP50, rd.AppendP99 = quantile(appendLatency, 0.50), quantile(appendLatency, 0.99)
+	return s, nil
+}
+
+// summarize measures the slices of one path at one rate as one round: the percentiles over every message of
+// every slice, the rates over the slices' time together, CPU per message over all of them, the longest lag, and
+// the steal share weighted by each slice's length.
+func summarize(name string, rate float64, parts []slice) Round {
+	rd := Round{Path: name, Offered: rate}
+	var latency, appendLatency []time.Duration
+	var producing, delivering, stealTime time.Duration
+	var busy float64
+	var goCPU time.Duration
+	cpuKnown := true
+	for _, s := range parts {
+		rd.Produced += s.produced
+		rd.Handled += s.handled
+		latency = append(latency, s.latency...)
+		appendLatency = append(appendLatency, s.append...)
+		producing += s.stopped.Sub(s.start)
+		if s.produced > 0 {
+			delivering += s.last.Sub(s.start)
+			rd.Lag = max(rd.Lag, s.last.Sub(s.stopped))
+			if s.steal < 0 || rd.Steal < 0 {
+				rd.Steal = -1
+			} else {
+				stealTime += time.Duration(s.steal * float64(s.last.Sub(s.start)))
+			}
+		}
+		cpuKnown = cpuKnown && s.busy >= 0
+		busy += s.busy
+		goCPU += s.goCPU
+		rd.Relay = rd.Relay.add(s.relay)
+		if len(s.latency) > 0 {
+			sorted := slices.Sorted(slices.Values(s.latency))
+			rd.SliceP99 = append(rd.SliceP99, quantile(sorted, 0.99))
+		}
 	}
-	return rd, nil
+	if rd.Produced == 0 {
+		return rd
+	}
+	rd.ProduceRate = float64(rd.Produced) / producing.Seconds()
+	rd.Throughput = float64(rd.Produced) / delivering.Seconds()
+	if rd.Steal >= 0 && delivering > 0 {
+		rd.Steal = float64(stealTime) / float64(delivering)
+	}
+	if cpuKnown {
+		rd.CPU = time.Duration(busy / float64(rd.Produced) * float64(time.Second))
+		rd.GoCPU = goCPU / time.Duration(rd.Produced)
+	}
+	slices.Sort(latency)
+	rd.P50, rd.P99, rd.Max = quantile(latency, 0.50), quantile(latency, 0.99), latency[len(latency)-1]
+	slices.Sort(appendLatency)
+	rd.AppendP50, rd.AppendP99 = quantile(appendLatency, 0.50), quantile(appendLatency, 0.99)
+	return rd
 }
 
 // processCPU is the CPU time this process has used (user and system), or 0 where it cannot be read.

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -67,7 +68,7 @@ func TestSmoke(t *testing.T) {
 	defer cancel()
 	res, err := e2ebench.Run(ctx, e2ebench.Config{URL: url, Schema: schema,
 		Saturation: 500 * time.Millisecond, SaturationRounds: 1, SaturationWorkers: 4,
-		Paced: 500 * time.Millisecond, Fractions: []float64{0.5}, PacedWorkers: 8,
+		Paced: 500 * time.Millisecond, PacedSlices: 2, Fractions: []float64{0.5}, PacedWorkers: 8,
 		Warmup: 100 * time.Millisecond, WarmupSaturation: 200 * time.Millisecond, DrainTimeout: 30 * time.Second, Progress: testWriter{t}})
 	require.NoError(t, err)
 	t.Log("\n" + res.String())
@@ -108,8 +109,12 @@ func TestSmoke(t *testing.T) {
 		require.Equal(t, p.Rate, rd.Offered, rd.Path)
 		require.Positive(t, rd.Produced, rd.Path)
 		require.Equal(t, rd.Produced, rd.Handled, rd.Path)
-		// Paced producers append no faster than offered (the first append is due at once, hence the one extra).
-		require.LessOrEqual(t, float64(rd.Produced), p.Rate*0.5+1, rd.Path)
+		// Paced producers append no faster than offered (each slice's first append is due at once, hence one extra
+		// per slice).
+		require.LessOrEqual(t, float64(rd.Produced), p.Rate*0.5+2, rd.Path)
+		require.Len(t, rd.SliceP99, 2, "%s: the p99 of each slice", rd.Path)
+		require.LessOrEqual(t, slices.Min(rd.SliceP99), rd.P99, rd.Path)
+		require.GreaterOrEqual(t, slices.Max(rd.SliceP99), rd.P99, rd.Path)
 		require.Positive(t, rd.P50, rd.Path)
 		require.LessOrEqual(t, rd.P50, rd.P99, rd.Path)
 		require.LessOrEqual(t, rd.P99, rd.Max, rd.Path)
@@ -122,6 +127,8 @@ func TestSmoke(t *testing.T) {
 
 	table := res.Table()
 	require.Contains(t, table, "| append → handled, msgs/s |")
+	require.Contains(t, table, "per path, in 2 slices alternating the paths)")
+	require.Contains(t, res.String(), "  50%: stagehand ")
 	require.Contains(t, table, fmt.Sprintf("| %.0f msgs/s (50%% of stagehand's max;", p.Rate))
 	require.Contains(t, table, "PostgreSQL ")
 	require.Positive(t, res.Machine.NumCPU)
@@ -154,6 +161,7 @@ func TestConfigErrorsNameTheField(t *testing.T) {
 		{e2ebench.Config{URL: "postgres://x", Schema: "s", Fractions: []float64{0.5, 1.5}}, "Fractions must be in (0, 1]"},
 		{e2ebench.Config{URL: "postgres://x", Schema: "s", Paced: -time.Second}, "must not be negative"},
 		{e2ebench.Config{URL: "postgres://x", Schema: "s", PacedWorkers: -1}, "PacedWorkers must not be negative"},
+		{e2ebench.Config{URL: "postgres://x", Schema: "s", PacedSlices: -1}, "PacedSlices must not be negative"},
 		{e2ebench.Config{URL: "postgres://x", Schema: "s", PoolSize: -2}, "PoolSize must not be negative, got -2"},
 	} {
 		_, err := e2ebench.Run(context.Background(), c.cfg)

@@ -103,8 +103,9 @@ func (r *Results) Table() string {
 	w("| --- | ---: | ---: | ---: |")
 	w("| append → handled, msgs/s | %.0f | %.0f | **%.2f×** |", r.MaxStagehand, r.MaxForwarder, r.Ratio())
 	w("")
-	w("| paced rate (%s per path) | stagehand append → handled p50 / p99 | forwarder append → handled p50 / p99 | "+
-		"of which append, stagehand / forwarder (p50; p99) | delivered stagehand / forwarder, msgs/s |", c.Paced)
+	w("| paced rate (%s per path, in %d slices alternating the paths) | stagehand append → handled p50 / p99 | "+
+		"forwarder append → handled p50 / p99 | of which append, stagehand / forwarder (p50; p99) | "+
+		"delivered stagehand / forwarder, msgs/s |", c.Paced, c.PacedSlices)
 	w("| --- | ---: | ---: | ---: | ---: |")
 	for _, p := range r.Paced {
 		w("| %.0f msgs/s (%.0f%% of stagehand's max; %.0f%% of the forwarder's) | %s / %s%s | %s / %s%s | %s / %s; %s / %s | %.0f / %.0f |",
@@ -114,6 +115,18 @@ func (r *Results) Table() string {
 			p.Stagehand.Throughput, p.Forwarder.Throughput)
 	}
 	return b.String()
+}
+
+// msList formats durations as "12.3 / 45.6 ms" ("-" for none).
+func msList(ds []time.Duration) string {
+	if len(ds) == 0 {
+		return "-"
+	}
+	parts := make([]string, len(ds))
+	for i, d := range ds {
+		parts[i] = strings.TrimSuffix(ms(d), " ms")
+	}
+	return strings.Join(parts, " / ") + " ms"
 }
 
 // behind marks a round whose path did not keep up with the offered rate (its latency then grows with the backlog).
@@ -133,6 +146,11 @@ func (r *Results) String() string {
 		fmt.Fprintf(&b, "  %-9s appended %6d at %5.0f/s, delivered end to end %5.0f msgs/s, last handled %.1fs after "+
 			"the producers stopped, %s\n", rd.Path, rd.Produced, rd.ProduceRate, rd.Throughput, rd.Lag.Seconds(),
 			hoststat.Percent(rd.Steal))
+	}
+	b.WriteString("paced slices, append → handled p99 of each in the order run:\n")
+	for _, p := range r.Paced {
+		fmt.Fprintf(&b, "  %3.0f%%: stagehand %s; forwarder %s\n", p.Fraction*100, msList(p.Stagehand.SliceP99),
+			msList(p.Forwarder.SliceP99))
 	}
 	fmt.Fprintf(&b, "integrity: stagehand %d missing, %d duplicate effects; forwarder %d missing, %d duplicate effects\n",
 		r.Missing[PathStagehand], r.Duplicates[PathStagehand], r.Missing[PathForwarder], r.Duplicates[PathForwarder])
