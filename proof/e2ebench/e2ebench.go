@@ -156,7 +156,8 @@ type Round struct {
 	// Produced messages were appended (and staged); Handled of them were handled by the path's consumer.
 	Produced, Handled int
 	// ProduceRate is Produced over the producers' run; Throughput is Produced from the round's start to the last
-	// message handled: the rate the whole path delivered.
+	// message handled: the rate the whole path delivered. For a paced round in slices, each is over the slices'
+	// times added together.
 	ProduceRate, Throughput float64
 	// Append → handled latency percentiles, from each append's due time to the commit of the consumer's inbox
 	// transaction.
@@ -165,7 +166,7 @@ type Round struct {
 	// (the commit of the event and its message). The rest is the way through the relay or the forwarder, the
 	// broker and the consumer.
 	AppendP50, AppendP99 time.Duration
-	// Lag is from the producers' stop to the last message handled.
+	// Lag is from the producers' stop to the last message handled (the longest of a paced round's slices).
 	Lag time.Duration
 	// Steal is the share of the machine's CPU time the hypervisor ran something else while the round ran (from
 	// its start to its last message handled; -1 where /proc/stat cannot be read): a round on a busy host is slower
@@ -581,7 +582,7 @@ func pacedOrder(a, b *path, n int) []*path {
 type slice struct {
 	produced, handled    int
 	start, stopped, last time.Time       // the producers' start and stop, the last message handled
-	latency, append      []time.Duration // append → handled and the append alone, per message
+	latency, appended    []time.Duration // append → handled and the append alone, per message
 	busy                 float64         // the machine's CPU seconds, neither idle nor steal (-1: unknown)
 	goCPU                time.Duration   // this process's CPU time
 	steal                float64         // share of the slice (-1: unknown)
@@ -653,7 +654,7 @@ func (r *runner) slice(ctx context.Context, p *path, rate float64, workers int, 
 			return slice{}, err
 		}
 	}
-	s := slice{produced: n, start: start, stopped: stopped, append: appendLatency, busy: -1, steal: steal()}
+	s := slice{produced: n, start: start, stopped: stopped, appended: appendLatency, busy: -1, steal: steal()}
 	if cpuAfter, err := hoststat.Read(); err == nil && cpuErr == nil {
 		s.busy = cpuAfter.Busy(cpuBefore)
 		s.goCPU = processCPU() - goBefore
@@ -680,7 +681,7 @@ func summarize(name string, rate float64, parts []slice) Round {
 		rd.Produced += s.produced
 		rd.Handled += s.handled
 		latency = append(latency, s.latency...)
-		appendLatency = append(appendLatency, s.append...)
+		appendLatency = append(appendLatency, s.appended...)
 		producing += s.stopped.Sub(s.start)
 		if s.produced > 0 {
 			delivering += s.last.Sub(s.start)

@@ -35,14 +35,14 @@ func TestSummarizePoolsTheSlicesOfAPath(t *testing.T) {
 		relay: RelayWork{Claims: 10, ClaimedRows: 100, Marks: 20, MarkedRows: 100}}
 	for i := range 100 {
 		quiet.latency = append(quiet.latency, time.Duration(1+i%5)*time.Millisecond)
-		quiet.append = append(quiet.append, time.Millisecond)
+		quiet.appended = append(quiet.appended, time.Millisecond)
 	}
 	busy := slice{produced: 100, handled: 100, start: t0.Add(5 * time.Second), stopped: t0.Add(6 * time.Second),
 		last: t0.Add(6500 * time.Millisecond), busy: 0.6, goCPU: 150 * time.Millisecond, steal: 0.5,
 		relay: RelayWork{Claims: 5, EmptyClaims: 1, ClaimedRows: 100, Marks: 10, MarkedRows: 100}}
 	for i := range 100 {
 		busy.latency = append(busy.latency, time.Duration(10+i)*time.Millisecond) // 10 .. 109 ms
-		busy.append = append(busy.append, 2*time.Millisecond)
+		busy.appended = append(busy.appended, 2*time.Millisecond)
 	}
 	rd := summarize("stagehand", 100, []slice{quiet, busy})
 
