@@ -29,6 +29,16 @@ type RelayConfig struct {
 	// are hints; polling is the safety net, and delivers retries and scheduled rows that fall due). Default 1s.
 	// Rule: at least 10ms.
 	PollingInterval time.Duration
+	// ClaimInterval is the least time from the start of one claim to the start of the next when a wake-up starts the
+	// next (a notification, a delivery ending, a row falling due, a poll), so that the rows staged in between are
+	// claimed together. A claim that fills its batch is followed at once, a Drain is never paced, and the first
+	// claim after a quiet spell is not delayed: only a steady trickle waits, up to this long. A claim costs the
+	// database about as much as its first few rows, so at a few hundred messages a second, where a claim at every
+	// wake-up (the writers' notifications come up to every 5ms) carries two or three rows, pacing trades latency
+	// for database time: 10ms about halved the relay's claims and marks and cut the whole path's CPU per message by
+	// 5-10%, for a median about 3ms later (the outbox README, "Claim pacing"). Default 0: a claim at every wake-up.
+	// Rule: not negative, not above PollingInterval.
+	ClaimInterval time.Duration
 	// MaxRetryCount is how many times a rejected message is retried after its first attempt before it is
 	// dead-lettered (3 means up to 4 attempts). nil means 5; use Retries(0) to dead-letter on the first
 	// rejection. Rule: not negative.
@@ -265,6 +275,12 @@ func (c *RelayConfig) settings(defaultLogger *slog.Logger) (settings, error) {
 		s.PollingInterval = time.Second
 	case s.PollingInterval < 10*time.Millisecond:
 		return bad("PollingInterval", "PollingInterval must be at least 10ms.")
+	}
+	switch {
+	case s.ClaimInterval < 0:
+		return bad("ClaimInterval", "ClaimInterval cannot be negative.")
+	case s.ClaimInterval > s.PollingInterval:
+		return bad("ClaimInterval", "ClaimInterval cannot be longer than PollingInterval.")
 	}
 	if s.maxRetryCount < 0 {
 		return bad("MaxRetryCount", "MaxRetryCount cannot be negative.")

@@ -33,7 +33,7 @@ func TestREADMEConfigTables(t *testing.T) {
 	}
 	doctable.Check(t, doctable.Find(t, "README.md", "`outbox.RelayConfig` (nil means"), reflect.TypeFor[RelayConfig](),
 		"", map[string]any{
-			"BatchSize": s.BatchSize, "PollingInterval": s.PollingInterval, "MaxRetryCount": s.maxRetryCount,
+			"BatchSize": s.BatchSize, "PollingInterval": s.PollingInterval, "ClaimInterval": s.ClaimInterval, "MaxRetryCount": s.maxRetryCount,
 			"RetryDelay": s.RetryDelay, "MaxRetryDelay": s.MaxRetryDelay, "Jitter": s.Jitter,
 			"MaxDegreeOfParallelism": s.MaxDegreeOfParallelism, "LeaseDuration": s.LeaseDuration, "AckDeadline": s.AckDeadline,
 			"ReleaseKeyOnDeadLetter": s.ReleaseKeyOnDeadLetter, "BrokerBackoff": s.BrokerBackoff,

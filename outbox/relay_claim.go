@@ -15,6 +15,7 @@ import (
 func (loop *claimLoop) claimer() {
 	poll := time.NewTimer(0)
 	defer poll.Stop()
+	var lastClaim time.Time // when the last claim started, on the real clock (ClaimInterval)
 	sweepEvery := min(max(5*loop.cfg.PollingInterval, time.Second), 30*time.Second)
 	for {
 		if loop.ctx.Err() != nil {
@@ -43,6 +44,7 @@ func (loop *claimLoop) claimer() {
 		// while a claim runs can promote a key's next message after the claim's snapshot, so a claim that ran
 		// beside a mark proves nothing.
 		idleBefore := loop.drain && loop.idle()
+		lastClaim = time.Now()
 		n, next, err := loop.claim(claimedAt, limit)
 		if err != nil {
 			if loop.ctx.Err() != nil {
@@ -92,6 +94,26 @@ func (loop *claimLoop) claimer() {
 			default:
 			}
 		}
+		if !loop.pace(poll, lastClaim) {
+			return
+		}
+	}
+}
+
+// pace waits until ClaimInterval has passed since the last claim started (see RelayConfig.ClaimInterval), on
+// poll, which it leaves stopped and drained. It reports false when the loop is ending.
+func (loop *claimLoop) pace(poll *time.Timer, lastClaim time.Time) bool {
+	wait := time.Until(lastClaim.Add(loop.cfg.ClaimInterval))
+	if wait <= 0 {
+		return true
+	}
+	poll.Reset(wait)
+	select {
+	case <-poll.C:
+		return true
+	case <-loop.ctx.Done():
+		poll.Stop()
+		return false
 	}
 }
 

@@ -23,7 +23,7 @@ func TestMain(m *testing.M) { pgtest.Main(m) }
 // staging, the relay, NATS JetStream, an inbox-wrapped consumer) beside watermill-sql's default schema with
 // Watermill's forwarder to the same broker and the same consumer logic, on a durable cluster, in the same run.
 // It times itself: run it once. STAGEHAND_E2E_RELAY=high-throughput runs the relay with outbox.HighThroughput()
-// instead of the default Balanced().
+// instead of the default Balanced(); STAGEHAND_E2E_CLAIM_INTERVAL (a duration, 10ms say) sets its ClaimInterval.
 //
 //	go test ./proof/e2ebench -run '^$' -bench EndToEnd -benchtime 1x -timeout 30m
 func BenchmarkEndToEnd(b *testing.B) {
@@ -36,6 +36,16 @@ func BenchmarkEndToEnd(b *testing.B) {
 		cfg.Relay = outbox.HighThroughput()
 	default:
 		b.Fatalf("STAGEHAND_E2E_RELAY=%q: want balanced or high-throughput", profile)
+	}
+	if v := os.Getenv("STAGEHAND_E2E_CLAIM_INTERVAL"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			b.Fatalf("STAGEHAND_E2E_CLAIM_INTERVAL=%q: %v", v, err)
+		}
+		if cfg.Relay == nil {
+			cfg.Relay = outbox.Balanced()
+		}
+		cfg.Relay.ClaimInterval = d
 	}
 	var res *e2ebench.Results
 	for range b.N { // -benchtime 1x: once

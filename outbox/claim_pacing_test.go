@@ -1,0 +1,102 @@
+package outbox_test
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/stagehand-es/stagehand/outbox"
+)
+
+// pacedRelay runs a router relaying e's outbox to a recording broker, with polls a minute apart (every claim in
+// these tests follows a wake-up or a full batch), and counts its claims.
+func pacedRelay(t *testing.T, e *env, mod func(*outbox.RelayConfig)) (*broker, *atomic.Int64) {
+	t.Helper()
+	var claims atomic.Int64
+	r := e.relay(func(c *outbox.RelayConfig) {
+		c.PollingInterval = time.Minute
+		c.Hooks.Claimed = func(context.Context, int, time.Duration, error) { claims.Add(1) }
+		mod(c)
+	})
+	b := newBroker()
+	runRouter(t, r, b, nil)
+	return b, &claims
+}
+
+// trickle stages n messages one at a time, gap apart, each on a key of its own, and waits until all are
+// published. It returns how long the staging took.
+func trickle(t *testing.T, e *env, b *broker, n int, gap time.Duration) time.Duration {
+	t.Helper()
+	start := time.Now()
+	for i := range n {
+		_, err := e.ob.Stage(context.Background(), outbox.Message{ID: fmt.Sprintf("trickle-%d", i), Topic: "trickle",
+			PartitionKey: fmt.Sprintf("k%d", i), Payload: []byte("{}")})
+		require.NoError(t, err)
+		time.Sleep(gap)
+	}
+	took := time.Since(start)
+	require.Eventually(t, func() bool { return b.distinct() == n }, 10*time.Second, time.Millisecond)
+	return took
+}
+
+// A steady trickle of messages is claimed in groups, a claim at most every ClaimInterval, where without pacing each
+// message's wake-up starts a claim of its own.
+func TestClaimIntervalGathersATrickle(t *testing.T) {
+	t.Parallel()
+	const n, gap, interval = 60, 10 * time.Millisecond, 100 * time.Millisecond
+
+	paced := setup(t)
+	b, claims := pacedRelay(t, paced, func(c *outbox.RelayConfig) { c.ClaimInterval = interval })
+	took := trickle(t, paced, b, n, gap)
+	bound := int64(took/interval) + 3
+	require.LessOrEqual(t, claims.Load(), bound, "a claim at most every %v over %v", interval, took)
+
+	unpaced := setup(t)
+	b, claims = pacedRelay(t, unpaced, func(*outbox.RelayConfig) {}) // the default: no pacing
+	trickle(t, unpaced, b, n, gap)
+	require.Greater(t, claims.Load(), int64(n/2), "without pacing, a wake-up per message starts a claim")
+}
+
+// The first message after a quiet spell is claimed at once: pacing only holds back a claim that follows another
+// within ClaimInterval.
+func TestClaimIntervalDoesNotDelayTheFirstMessageAfterAQuietSpell(t *testing.T) {
+	t.Parallel()
+	const interval = 500 * time.Millisecond
+	e := setup(t)
+	b, _ := pacedRelay(t, e, func(c *outbox.RelayConfig) { c.ClaimInterval = interval })
+	ctx := context.Background()
+	for i := range 3 {
+		time.Sleep(interval + 500*time.Millisecond) // longer than the interval since the last claim
+		staged := time.Now()
+		_, err := e.ob.Stage(ctx, outbox.Message{ID: fmt.Sprintf("quiet-%d", i), Topic: "quiet", Payload: []byte("{}")})
+		require.NoError(t, err)
+		require.Eventually(t, func() bool { return b.distinct() == i+1 }, 10*time.Second, time.Millisecond)
+		log := b.snapshot()
+		require.Less(t, log[len(log)-1].at.Sub(staged), interval*3/5,
+			"message %d waited for a claim interval after a quiet spell", i)
+	}
+}
+
+// A claim that fills its batch is followed by the next at once: a backlog drains at the rate of the claims, not
+// one batch per ClaimInterval.
+func TestClaimIntervalDoesNotHoldBackABacklog(t *testing.T) {
+	t.Parallel()
+	const n, batch, interval = 300, 10, 500 * time.Millisecond
+	e := setup(t)
+	_, err := e.ob.Stage(context.Background(), msgs("backlog", n, nil)...)
+	require.NoError(t, err)
+	start := time.Now()
+	b, claims := pacedRelay(t, e, func(c *outbox.RelayConfig) {
+		c.BatchSize = batch
+		c.ClaimInterval = interval
+	})
+	require.Eventually(t, func() bool { return b.distinct() == n }, 20*time.Second, time.Millisecond)
+	took := time.Since(start)
+	require.GreaterOrEqual(t, claims.Load(), int64(n/batch))
+	require.Less(t, took, time.Duration(n/batch)*interval/4,
+		"%d claims of full batches took %v: they were paced", claims.Load(), took)
+}
