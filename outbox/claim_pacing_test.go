@@ -100,3 +100,25 @@ func TestClaimIntervalDoesNotHoldBackABacklog(t *testing.T) {
 	require.Less(t, took, time.Duration(n/batch)*interval/4,
 		"%d claims of full batches took %v: they were paced", claims.Load(), took)
 }
+
+// A Drain is never paced: its claims that leave room (the last of a batch, the empty one that ends it) follow at
+// once, so it returns as soon as the outbox is empty, not a ClaimInterval per claim later.
+func TestClaimIntervalDoesNotPaceADrain(t *testing.T) {
+	t.Parallel()
+	const interval = 30 * time.Second
+	e := setup(t)
+	ctx := context.Background()
+	_, err := e.ob.Stage(ctx, msgs("drain", 3, nil)...)
+	require.NoError(t, err)
+	r := e.relay(func(c *outbox.RelayConfig) {
+		c.BatchSize = 2 // a full claim of 2, then one of 1 that leaves room, then an empty one
+		c.PollingInterval = time.Minute
+		c.ClaimInterval = interval
+	})
+	b := newBroker()
+	start := time.Now()
+	res, err := r.Drain(ctx, b)
+	require.NoError(t, err)
+	require.Equal(t, 3, res.Published)
+	require.Less(t, time.Since(start), interval/6, "the drain's claims were paced")
+}
