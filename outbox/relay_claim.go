@@ -11,7 +11,8 @@ import (
 )
 
 // claimer claims batches while there is room and rows are due, and otherwise waits for a wake-up, a poll, or the
-// next row falling due. It sweeps for missed promotions every few polls.
+// next row falling due, and then until ClaimInterval has passed since its last claim began (pace; never in a
+// drain). It sweeps for missed promotions every few polls.
 func (loop *claimLoop) claimer() {
 	poll := time.NewTimer(0)
 	defer poll.Stop()

@@ -10,7 +10,8 @@ import (
 // one leadership term when the relay is fenced. Its parts each keep their own state, in their own file:
 //
 //   - the claimer (relay_claim.go) claims due rows while there is room for them, and otherwise waits for a wake-up,
-//     a poll or the next row falling due; it also sweeps for missed promotions;
+//     a poll or the next row falling due (then for ClaimInterval since its last claim); it also sweeps for missed
+//     promotions;
 //   - the rows in flight (relay_inflight.go) are every row leased here, grouped into units (an unordered row, or a
 //     key's claimed run), queued for the workers;
 //   - the workers (relay_deliver.go) deliver units row by row, in order within a unit;
