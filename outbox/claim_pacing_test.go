@@ -12,9 +12,9 @@ import (
 	"github.com/stagehand-es/stagehand/outbox"
 )
 
-// pacedRelay runs a router relaying e's outbox to a recording broker, with polls a minute apart (every claim in
+// countedRelay runs a router relaying e's outbox to a recording broker, with polls a minute apart (every claim in
 // these tests follows a wake-up or a full batch), and counts its claims.
-func pacedRelay(t *testing.T, e *env, mod func(*outbox.RelayConfig)) (*broker, *atomic.Int64) {
+func countedRelay(t *testing.T, e *env, mod func(*outbox.RelayConfig)) (*broker, *atomic.Int64) {
 	t.Helper()
 	var claims atomic.Int64
 	r := e.relay(func(c *outbox.RelayConfig) {
@@ -50,13 +50,13 @@ func TestClaimIntervalGathersATrickle(t *testing.T) {
 	const n, gap, interval = 60, 10 * time.Millisecond, 100 * time.Millisecond
 
 	paced := setup(t)
-	b, claims := pacedRelay(t, paced, func(c *outbox.RelayConfig) { c.ClaimInterval = interval })
+	b, claims := countedRelay(t, paced, func(c *outbox.RelayConfig) { c.ClaimInterval = interval })
 	took := trickle(t, paced, b, n, gap)
 	bound := int64(took/interval) + 3
 	require.LessOrEqual(t, claims.Load(), bound, "a claim at most every %v over %v", interval, took)
 
 	unpaced := setup(t)
-	b, claims = pacedRelay(t, unpaced, func(*outbox.RelayConfig) {}) // the default: no pacing
+	b, claims = countedRelay(t, unpaced, func(*outbox.RelayConfig) {}) // the default: no pacing
 	trickle(t, unpaced, b, n, gap)
 	require.Greater(t, claims.Load(), int64(n/2), "without pacing, a wake-up per message starts a claim")
 }
@@ -67,7 +67,7 @@ func TestClaimIntervalDoesNotDelayTheFirstMessageAfterAQuietSpell(t *testing.T) 
 	t.Parallel()
 	const interval = 500 * time.Millisecond
 	e := setup(t)
-	b, _ := pacedRelay(t, e, func(c *outbox.RelayConfig) { c.ClaimInterval = interval })
+	b, _ := countedRelay(t, e, func(c *outbox.RelayConfig) { c.ClaimInterval = interval })
 	ctx := context.Background()
 	for i := range 3 {
 		time.Sleep(interval + 500*time.Millisecond) // longer than the interval since the last claim
@@ -90,7 +90,7 @@ func TestClaimIntervalDoesNotHoldBackABacklog(t *testing.T) {
 	_, err := e.ob.Stage(context.Background(), msgs("backlog", n, nil)...)
 	require.NoError(t, err)
 	start := time.Now()
-	b, claims := pacedRelay(t, e, func(c *outbox.RelayConfig) {
+	b, claims := countedRelay(t, e, func(c *outbox.RelayConfig) {
 		c.BatchSize = batch
 		c.ClaimInterval = interval
 	})
