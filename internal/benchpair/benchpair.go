@@ -5,13 +5,17 @@
 // subject, ...) so that drift in the machine's load (other processes, checkpoints, autovacuum) falls on both sides
 // alike. The RATIO line gives the ratio over all rounds and the range of the single rounds' ratios (how far it
 // moves within the run). It also says how much of the machine's CPU time the hypervisor took (steal, package hoststat)
-// while the rounds ran: a figure measured on a busy host is not comparable with one from a quiet host.
+// while the rounds ran: a figure measured on a busy host is not comparable with one from a quiet host. And it gives
+// each side's CPU per unit: the machine's busy time over its rounds (every process, the database server's included)
+// and this process's share of it (the client's). Where the clients saturate the machine's CPUs, the rates' ratio is
+// about the inverse of their ratio: the line tells a gap in CPU from a gap in waiting.
 package benchpair
 
 import (
 	"fmt"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -44,7 +48,62 @@ type Result struct {
 	// Low and High are the lowest and the highest ratio of one round's subject to the baseline round run next to
 	// it: how far the ratio moves within the run, which a single figure hides.
 	Low, High float64
+	// CPU is the machine's CPU time (busy: neither idle nor steal, every process on it) per unit over each side's
+	// measured rounds, subject first; ProcessCPU is this process's share of it (the client). Zero where /proc/stat
+	// cannot be read. On a machine a comparison saturates, the rates' ratio follows the inverse of these.
+	CPU, ProcessCPU [2]time.Duration
 }
+
+// cpuTime sums the CPU a side used over its rounds: the machine's busy time (every process, the database server's
+// included) and this process's own.
+type cpuTime struct {
+	machine float64 // seconds of one CPU
+	process time.Duration
+	rounds  int
+	failed  bool // a sample could not be read: the side's CPU is unknown
+}
+
+// cpuSample is the machine's and this process's CPU counters at one moment (ok false where /proc/stat cannot be
+// read).
+type cpuSample struct {
+	machine hoststat.CPU
+	process time.Duration
+	ok      bool
+}
+
+func readCPU() cpuSample {
+	c, err := hoststat.Read()
+	return cpuSample{machine: c, process: hoststat.ProcessCPU(), ok: err == nil}
+}
+
+// add counts the CPU used between before and after; one unreadable sample leaves the side's CPU unknown.
+func (t *cpuTime) add(before, after cpuSample) {
+	if !before.ok || !after.ok {
+		t.failed = true
+		return
+	}
+	t.machine += after.machine.Busy(before.machine)
+	t.process += after.process - before.process
+	t.rounds++
+}
+
+// known reports whether every round's CPU was read.
+func (t *cpuTime) known() bool { return !t.failed && t.rounds > 0 }
+
+// cpuText is ", CPU per save: stagehand 410 µs (this process 95 µs), raw 350 µs (85 µs), 1.17x" for the RATIO
+// line, or "" when either side's CPU is unknown.
+func (r Result) cpuText(cfg Config) string {
+	if r.CPU[0] <= 0 || r.CPU[1] <= 0 {
+		return ""
+	}
+	us := func(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1000 }
+	return fmt.Sprintf(", CPU per %s: %s %.0f µs (this process %.0f µs), %s %.0f µs (%.0f µs), %.2fx",
+		unitName(cfg.Unit), cfg.Names[0], us(r.CPU[0]), us(r.ProcessCPU[0]), cfg.Names[1], us(r.CPU[1]), us(r.ProcessCPU[1]),
+		us(r.CPU[0])/us(r.CPU[1]))
+}
+
+// unitName is the singular of a unit ("saves" -> "save", "events" -> "event").
+func unitName(unit string) string { return strings.TrimSuffix(unit, "s") }
 
 // Ratio is Subject / Baseline.
 func (r Result) Ratio() float64 {
@@ -78,6 +137,7 @@ func Compare(b *testing.B, cfg Config, subject, baseline Op) Result {
 	}
 	var ops [2]int64
 	var spent [2]time.Duration
+	var cpu [2]cpuTime                      // each side's CPU over its measured rounds
 	rates := make([][2]float64, cfg.Rounds) // per round, each side's operations per second
 	sides := [2]Op{subject, baseline}
 	// One unmeasured round per side first: fresh tables extend their files, indexes split their first pages and
@@ -95,10 +155,12 @@ func Compare(b *testing.B, cfg Config, subject, baseline Op) Result {
 			order = [2]int{1, 0}
 		}
 		for _, side := range order {
+			before := readCPU()
 			n, d, err := run(sides[side], cfg.Clients, cfg.Round)
 			if err != nil {
 				b.Fatalf("benchpair: %s: %v", cfg.Names[side], err)
 			}
+			cpu[side].add(before, readCPU())
 			ops[side] += n
 			spent[side] += d
 			rates[round][side] = float64(n) / d.Seconds()
@@ -111,6 +173,13 @@ func Compare(b *testing.B, cfg Config, subject, baseline Op) Result {
 		Baseline: float64(ops[1]*int64(cfg.UnitsPerOp)) / spent[1].Seconds(),
 	}
 	res.Low, res.High = roundRange(rates)
+	for side := range sides {
+		units := float64(ops[side] * int64(cfg.UnitsPerOp))
+		if cpu[side].known() && units > 0 {
+			res.CPU[side] = time.Duration(cpu[side].machine * float64(time.Second) / units)
+			res.ProcessCPU[side] = time.Duration(float64(cpu[side].process) / units)
+		}
+	}
 	b.ReportMetric(res.Subject, cfg.Unit+"/s")
 	b.ReportMetric(res.Baseline, "raw-"+cfg.Unit+"/s")
 	b.ReportMetric(res.Ratio(), "ratio")
@@ -119,9 +188,13 @@ func Compare(b *testing.B, cfg Config, subject, baseline Op) Result {
 	if stolen >= 0 {
 		b.ReportMetric(stolen*100, "steal-%")
 	}
-	fmt.Printf("RATIO %s: %s %s %s/s, %s %s %s/s, ratio %.2fx, rounds %.2f-%.2fx (%s)\n", b.Name(), cfg.Names[0],
+	if res.CPU[0] > 0 && res.CPU[1] > 0 {
+		b.ReportMetric(float64(res.CPU[0].Nanoseconds())/1000, "cpu-us/"+unitName(cfg.Unit))
+		b.ReportMetric(float64(res.CPU[1].Nanoseconds())/1000, "raw-cpu-us/"+unitName(cfg.Unit))
+	}
+	fmt.Printf("RATIO %s: %s %s %s/s, %s %s %s/s, ratio %.2fx, rounds %.2f-%.2fx (%s)%s\n", b.Name(), cfg.Names[0],
 		human(res.Subject), cfg.Unit, cfg.Names[1], human(res.Baseline), cfg.Unit, res.Ratio(), res.Low, res.High,
-		hoststat.Percent(stolen))
+		hoststat.Percent(stolen), res.cpuText(cfg))
 	return res
 }
 

@@ -5,6 +5,7 @@ import (
 	"runtime"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestParseReadsStealFromTheAggregateLine(t *testing.T) {
@@ -87,5 +88,26 @@ func TestReadOnThisMachine(t *testing.T) {
 	share := Steal()()
 	if share < 0 || share > 1 {
 		t.Fatalf("steal share %v", share)
+	}
+}
+
+func TestProcessCPUCountsThisProcessWork(t *testing.T) {
+	if runtime.GOOS == "windows" || runtime.GOOS == "plan9" {
+		t.Skip("not read on " + runtime.GOOS)
+	}
+	before := ProcessCPU()
+	// Spin until the process has used 50ms more CPU, or give up after 5s of wall time.
+	deadline := time.Now().Add(5 * time.Second)
+	x := 0
+	for ProcessCPU()-before < 50*time.Millisecond {
+		if time.Now().After(deadline) {
+			t.Fatalf("5s of spinning added %v of process CPU", ProcessCPU()-before)
+		}
+		for i := range 1_000_000 {
+			x += i
+		}
+	}
+	if x == 0 {
+		t.Fatal("the spin did nothing")
 	}
 }

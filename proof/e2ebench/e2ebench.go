@@ -10,7 +10,6 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
@@ -607,7 +606,7 @@ func (r *runner) slice(ctx context.Context, p *path, rate float64, workers int, 
 	steal := hoststat.Steal()
 	relayBefore := r.relay.snapshot()
 	cpuBefore, cpuErr := hoststat.Read()
-	goBefore := processCPU()
+	goBefore := hoststat.ProcessCPU()
 	start := time.Now()
 	end := start.Add(d)
 	g, gctx := errgroup.WithContext(ctx)
@@ -657,7 +656,7 @@ func (r *runner) slice(ctx context.Context, p *path, rate float64, workers int, 
 	s := slice{produced: n, start: start, stopped: stopped, appended: appendLatency, busy: -1, steal: steal()}
 	if cpuAfter, err := hoststat.Read(); err == nil && cpuErr == nil {
 		s.busy = cpuAfter.Busy(cpuBefore)
-		s.goCPU = processCPU() - goBefore
+		s.goCPU = hoststat.ProcessCPU() - goBefore
 	}
 	log := p.rec.take(phase)
 	s.handled, s.last, s.latency = log.handled, log.last, log.latency
@@ -718,15 +717,6 @@ func summarize(name string, rate float64, parts []slice) Round {
 	slices.Sort(appendLatency)
 	rd.AppendP50, rd.AppendP99 = quantile(appendLatency, 0.50), quantile(appendLatency, 0.99)
 	return rd
-}
-
-// processCPU is the CPU time this process has used (user and system), or 0 where it cannot be read.
-func processCPU() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // cpuText is ", CPU c/msg (Go g)" for a report line ("" when unmeasured).
