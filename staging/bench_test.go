@@ -5,8 +5,9 @@ package staging
 // run on a durable cluster; a Transactional save of 10 events and 10 messages beside a raw transaction inserting
 // the 10 event rows and the 10 plain outbox rows (one multi-row INSERT each); the Transactional saves of 1 and 10
 // events beside a raw transaction writing the very rows the save writes (BenchmarkSaveSameRows); what each part of
-// those rows costs (BenchmarkRowParts); and the delay from
-// the append's commit to the staged row under EventuallyConsistent and Deferred:
+// those rows costs (BenchmarkRowParts); the Transactional save beside a relay that publishes the outbox
+// (BenchmarkSaveBesideARelay); and the delay from the append's commit to the staged row under EventuallyConsistent
+// and Deferred:
 //
 //	go test ./staging -run '^$' -bench . -benchtime 1x
 //
@@ -37,6 +38,7 @@ import (
 	"github.com/stagehand-es/stagehand/internal/pgtest"
 	"github.com/stagehand-es/stagehand/internal/telemetry"
 	"github.com/stagehand-es/stagehand/internal/telemetry/telemetrytest"
+	"github.com/stagehand-es/stagehand/outbox"
 )
 
 func benchEnv(b testing.TB) *env {
@@ -89,6 +91,47 @@ func BenchmarkSave(b *testing.B) {
 			})
 		}
 	}
+}
+
+// BenchmarkSaveBesideARelay is the Transactional save of BenchmarkSave (1 event + 1 message, 16 clients) in steady
+// state: a relay publishes the outbox while the clients save, as in production (without one, every message after a
+// stream's first is parked behind it). Two comparisons, each in one run:
+//
+//   - the save beside the raw pair of BenchmarkSave, both sides' rows published by the relay (the raw side wakes it
+//     after each commit, as a save does), so each side's CPU per save includes what the relay spent on its rows;
+//
+//   - each client saving one aggregate again and again (its messages share one key) beside each save creating an
+//     aggregate of its own (every message a key of its own): a staging waits for its key's lock while a relay
+//     promotes that key's next message (from the relay's try of the lock to the end of its transaction), which a
+//     stream saved again and again meets, and a new stream never does.
+//
+//     go test ./staging -run '^$' -bench 'BenchmarkSaveBesideARelay' -benchtime 1x
+func BenchmarkSaveBesideARelay(b *testing.B) {
+	const clients = 16
+	b.Run(fmt.Sprintf("transactional/clients=%d", clients), func(b *testing.B) {
+		e, save := saver(b, Transactional, clients, 1)
+		benchRelay(b, e, &outbox.RelayConfig{})
+		raw := plainPair(e, clients, false)
+		benchpair.Compare(b, benchpair.Config{Unit: "saves", Clients: clients}, save, func(w int) error {
+			if err := raw(w); err != nil {
+				return err
+			}
+			e.outbox.Notify() // as a save does, so the relay publishes both sides' rows alike
+			return nil
+		})
+	})
+	b.Run(fmt.Sprintf("one-aggregate-per-client/clients=%d", clients), func(b *testing.B) {
+		e, again := saver(b, Transactional, clients, 1)
+		benchRelay(b, e, &outbox.RelayConfig{})
+		r, _ := e.repo(e.store, &Config{Strategy: Transactional, Outbox: e.outbox})
+		fresh := func(int) error {
+			o := r.New(fmt.Sprintf("n-%d", benchSeq.Add(1)))
+			aggregate.Raise(o, OrderPlaced{Total: 1})
+			return r.Save(context.Background(), o)
+		}
+		benchpair.Compare(b, benchpair.Config{Unit: "saves", Clients: clients,
+			Names: [2]string{"one-aggregate", "new-aggregates"}}, again, fresh)
+	})
 }
 
 // plainPair returns the raw side of BenchmarkSave: one transaction per call that inserts an event row and a plain

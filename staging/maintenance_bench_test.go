@@ -29,27 +29,7 @@ func BenchmarkMaintenanceSpikes(b *testing.B) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	r, _ := e.repo(e.store, &Config{Strategy: Transactional, Outbox: e.outbox})
-
-	url := pgtest.DurableURL(b)
-	relayOutbox, err := outbox.New(pgtest.PoolFor(b, url), &outbox.Config{Schema: e.schema})
-	if err != nil {
-		b.Fatal(err)
-	}
-	relay, err := relayOutbox.NewRelay(&outbox.RelayConfig{VacuumInterval: 500 * time.Millisecond,
-		VacuumAfterRows: 2000})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer relay.Close()
-	router, err := message.NewRouter(message.RouterConfig{CloseTimeout: 10 * time.Second}, nil)
-	if err != nil {
-		b.Fatal(err)
-	}
-	relay.AddToRouter(router, &countingPublisher{}, nil)
-	routed := make(chan error, 1)
-	go func() { routed <- router.Run(ctx) }()
-	defer func() { cancel(); <-routed }()
-	<-router.Running()
+	benchRelay(b, e, &outbox.RelayConfig{VacuumInterval: 500 * time.Millisecond, VacuumAfterRows: 2000})
 
 	// Maintenance events: when a vacuum or an analyze of the outbox ends (that is when it invalidates every
 	// connection's plans), and when a cleanup runs.
@@ -207,3 +187,40 @@ func BenchmarkMaintenanceSpikes(b *testing.B) {
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+// benchRelay runs, until the benchmark ends, a relay of e's outbox on a pool of its own (as a relay process would
+// have) that publishes through a Watermill router to a publisher that counts the messages.
+func benchRelay(b *testing.B, e *env, cfg *outbox.RelayConfig) *countingPublisher {
+	b.Helper()
+	relayOutbox, err := outbox.New(pgtest.PoolFor(b, pgtest.DurableURL(b)), &outbox.Config{Schema: e.schema})
+	if err != nil {
+		b.Fatal(err)
+	}
+	relay, err := relayOutbox.NewRelay(cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	router, err := message.NewRouter(message.RouterConfig{CloseTimeout: 10 * time.Second}, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	pub := &countingPublisher{}
+	relay.AddToRouter(router, pub, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	routed := make(chan error, 1)
+	go func() { routed <- router.Run(ctx) }()
+	b.Cleanup(func() {
+		cancel()
+		if err := <-routed; err != nil {
+			b.Errorf("relay's router: %v", err)
+		}
+		if err := relay.Close(); err != nil {
+			b.Errorf("relay: close: %v", err)
+		}
+		if pub.n.Load() == 0 {
+			b.Error("the relay published nothing: the benchmark measured saves without one")
+		}
+	})
+	<-router.Running()
+	return pub
+}
