@@ -95,17 +95,15 @@ func BenchmarkSave(b *testing.B) {
 
 // BenchmarkSaveBesideARelay is the Transactional save of BenchmarkSave (1 event + 1 message, 16 clients) in steady
 // state: a relay publishes the outbox while the clients save, as in production (without one, every message after a
-// stream's first is parked behind it). Two comparisons, each in one run:
+// stream's first is parked behind it). It makes two comparisons, each in one run. The first is the save beside the
+// raw pair of BenchmarkSave, both sides' rows published by the relay (the raw side wakes it after each commit, as a
+// save does), so each side's CPU per save includes what the relay spent on its rows. The second has each client
+// save one aggregate again and again (its messages share one key) beside saves that each create an aggregate (every
+// message a key of its own): a staging waits for its key's lock while a relay promotes that key's next message
+// (from the relay's try of the lock to the end of its transaction), which a stream saved again and again meets and
+// a new stream never does (a new stream's append also skips the expected version's probe).
 //
-//   - the save beside the raw pair of BenchmarkSave, both sides' rows published by the relay (the raw side wakes it
-//     after each commit, as a save does), so each side's CPU per save includes what the relay spent on its rows;
-//
-//   - each client saving one aggregate again and again (its messages share one key) beside each save creating an
-//     aggregate of its own (every message a key of its own): a staging waits for its key's lock while a relay
-//     promotes that key's next message (from the relay's try of the lock to the end of its transaction), which a
-//     stream saved again and again meets, and a new stream never does.
-//
-//     go test ./staging -run '^$' -bench 'BenchmarkSaveBesideARelay' -benchtime 1x
+//	go test ./staging -run '^$' -bench 'BenchmarkSaveBesideARelay' -benchtime 1x
 func BenchmarkSaveBesideARelay(b *testing.B) {
 	const clients = 16
 	b.Run(fmt.Sprintf("transactional/clients=%d", clients), func(b *testing.B) {
