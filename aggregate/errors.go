@@ -18,6 +18,9 @@ var (
 	ErrDecode = errors.New("aggregate: cannot decode event")
 	// ErrUnregisteredEvent: a raised event's Go type is not registered.
 	ErrUnregisteredEvent = errors.New("aggregate: event type not registered")
+	// ErrPointerEvent: an event was raised as a pointer (Raise(a, &E{})). Save refuses it before anything is
+	// written: stored events load as values, so an Apply written for one of the two forms would miss the other.
+	ErrPointerEvent = errors.New("aggregate: event raised as a pointer")
 	// ErrRegistration: a registration was invalid (empty or duplicate name, bad version).
 	ErrRegistration = errors.New("aggregate: invalid registration")
 	// ErrInvalidConfig: a repository was constructed with invalid configuration.

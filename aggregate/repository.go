@@ -604,6 +604,10 @@ func (r *Repository[A]) batch(ctx context.Context, a A) (*Batch, error) {
 	}
 	events := make([]any, len(b.pending))
 	for i, p := range b.pending {
+		if err := pointerEvent(p.event); err != nil {
+			return nil, fmt.Errorf("aggregate: save %s %q, change %d of %d: %w", r.typ.name, b.id, i+1,
+				len(b.pending), err)
+		}
 		name, version, payload, err := r.reg.Encode(p.event)
 		if err != nil {
 			return nil, err
@@ -626,6 +630,16 @@ func (r *Repository[A]) batch(ctx context.Context, a A) (*Batch, error) {
 
 // saveError is the error of a failed append of a's changes. A new aggregate's append expects no stream: when that
 // check fails (a version check, not a transaction conflict whose cause is unknown), the stream exists.
+// pointerEvent refuses an event raised as a pointer, naming its type and the value type to raise instead.
+func pointerEvent(event any) error {
+	typ := reflect.TypeOf(event)
+	if typ == nil || typ.Kind() != reflect.Pointer {
+		return nil
+	}
+	return fmt.Errorf("%w: %s: raise %s values, not pointers (Load hands Apply values, so an Apply written for "+
+		"one form misses the other)", ErrPointerEvent, typ, typ.Elem())
+}
+
 func (r *Repository[A]) saveError(ctx context.Context, a A, err error) error {
 	var ce *eventstore.ConflictError
 	if a.base().persisted == 0 && errors.As(err, &ce) && ce.Expected == eventstore.NoStream && ce.Reason == "" {
