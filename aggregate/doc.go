@@ -58,5 +58,7 @@
 // RepositoryConfig.TracerProvider and MeterProvider inject the providers; nil means the global ones, which record
 // nothing until the application installs an SDK.
 //
-// Package aggregatetest has given/when/then helpers to test an aggregate's decisions without a database.
+// Package aggregatetest has given/when/then helpers to test an aggregate's decisions without a database; they
+// round-trip every given and raised event through the registry, so an event a save and a load would change fails
+// the test.
 package aggregate
