@@ -22,24 +22,43 @@
 // however it got there) or that is older than the event at its version is ignored with a warning and the stream is
 // replayed. DropSnapshot (and the CLI's "stagehand snapshots drop") deletes an aggregate's snapshot.
 //
+// # Creating, updating, and either
+//
+// Create builds a new aggregate, runs a command on it and saves it expecting no stream; Update loads one, runs a
+// command and saves, retrying on a concurrency conflict; Upsert does whichever applies, running the command on the
+// stored aggregate or on a new one (Version 0). Update of an aggregate with no events returns an error matching
+// ErrNotFound (the command does not run). Create, or Save of an aggregate from New, whose stream already exists
+// returns an *AlreadyExistsError: it matches ErrAlreadyExists and, since it is a failed optimistic-concurrency
+// check, eventstore.ErrConcurrencyConflict too. Create does not retry it; Upsert does, like any conflict: when two
+// writers create the same aggregate at once, the loser reloads the winner's aggregate and applies its command to
+// it.
+//
 // # Inside a caller's transaction
 //
 // LoadTx and SaveTx read and write on a pgx.Tx the caller owns (an inbox handler's transaction, for instance): the
 // load sees the transaction's own writes, the save's events, staged messages and snapshot commit or roll back
-// together.
+// together. CreateTx, UpdateTx and UpsertTx are Create, Update and Upsert on such a transaction. UpdateTx and
+// UpsertTx run each attempt under a savepoint, so a conflict is retried without undoing the caller's other writes.
+// Under READ COMMITTED (the default, and the inbox's) an UpsertTx that loses a race to create the aggregate sees the
+// winner's events on its retry and applies its change to them. Under REPEATABLE READ or SERIALIZABLE the
+// transaction cannot see the winner, so the conflict (an *AlreadyExistsError, or a serialization failure) is
+// returned at once with the transaction still usable; a new transaction then finds the aggregate (the inbox reruns
+// a handler that fails with a conflict at once, as contention).
 //
 // A repository takes an optional Stager (package staging implements it) that stages integration messages derived
 // from the saved events in the outbox, with one of four strategies.
 //
 // # Telemetry
 //
-// Every Save, SaveTx, Create and Update with changes is one OpenTelemetry span, stagehand.save (aggregate type and
-// ID, tenant, event count, the staging strategy, and for Update the attempts it took), covering the append and the
+// Every Save, SaveTx, Create, CreateTx, Update, UpdateTx, Upsert and UpsertTx with changes is one OpenTelemetry span, stagehand.save (aggregate type and
+// ID, tenant, event count, the staging strategy, and for the updates and upserts the attempts they took), covering the append and the
 // staging, with its error recorded. Its span context is written into each saved event's metadata (traceparent,
 // tracestate, unless set explicitly), so whoever stages the events, even later from the log, continues the trace
 // up to the consumer's handler. The counter stagehand.events.appended counts appended events by aggregate type.
 // RepositoryConfig.TracerProvider and MeterProvider inject the providers; nil means the global ones, which record
 // nothing until the application installs an SDK.
 //
-// Package aggregatetest has given/when/then helpers to test an aggregate's decisions without a database.
+// Package aggregatetest has given/when/then helpers to test an aggregate's decisions without a database; they
+// round-trip every given and raised event through the registry, so an event a save and a load would change fails
+// the test.
 package aggregate

@@ -18,6 +18,9 @@ var (
 	ErrDecode = errors.New("aggregate: cannot decode event")
 	// ErrUnregisteredEvent: a raised event's Go type is not registered.
 	ErrUnregisteredEvent = errors.New("aggregate: event type not registered")
+	// ErrPointerEvent: an event was raised as a pointer (Raise(a, &E{})). Save refuses it before anything is
+	// written: stored events load as values, so an Apply written for one of the two forms would miss the other.
+	ErrPointerEvent = errors.New("aggregate: event raised as a pointer")
 	// ErrRegistration: a registration was invalid (empty or duplicate name, bad version).
 	ErrRegistration = errors.New("aggregate: invalid registration")
 	// ErrInvalidConfig: a repository was constructed with invalid configuration.
@@ -28,7 +31,47 @@ var (
 	ErrTenantMismatch = errors.New("aggregate: tenant mismatch")
 	// ErrWrongType: the stream exists but belongs to another aggregate type.
 	ErrWrongType = errors.New("aggregate: stream belongs to another aggregate type")
+	// ErrAlreadyExists: a new aggregate (Create, CreateTx, or Save of an aggregate from New) was saved with an ID
+	// whose stream already exists. It matches an *AlreadyExistsError, which also matches
+	// eventstore.ErrConcurrencyConflict.
+	ErrAlreadyExists = errors.New("aggregate: already exists")
 )
+
+// AlreadyExistsError reports that a new aggregate could not be stored because its stream already exists: the
+// append expected no stream and found one. Nothing was stored.
+//
+// It matches ErrAlreadyExists and also, through Unwrap, eventstore.ErrConcurrencyConflict (errors.As finds the
+// *eventstore.ConflictError): the failure is an optimistic-concurrency check that lost, so code that treats a
+// conflict as "someone else wrote first" keeps working, and an inbox reruns a handler that returns it as
+// contention (a rerun that loads the aggregate, rather than creating it, then succeeds).
+type AlreadyExistsError struct {
+	// Type is the aggregate type's stable name.
+	Type string
+	// ID is the aggregate ID (the stream ID).
+	ID string
+	// Tenant owns the stream.
+	Tenant string
+	// Version is the stream's version when the save failed (0 when the store could not read it, for instance
+	// from inside a transaction whose snapshot predates the stream).
+	Version int64
+	// Err is the store's conflict error.
+	Err error
+}
+
+func (e *AlreadyExistsError) Error() string {
+	at := ""
+	if e.Version > 0 {
+		at = fmt.Sprintf(" at version %d", e.Version)
+	}
+	return fmt.Sprintf("aggregate: %s %q (tenant %q) already exists%s: load it and update it instead (Update, "+
+		"UpdateTx), or use Upsert or UpsertTx", e.Type, e.ID, e.Tenant, at)
+}
+
+// Is matches ErrAlreadyExists.
+func (e *AlreadyExistsError) Is(target error) bool { return target == ErrAlreadyExists }
+
+// Unwrap returns the store's conflict error (it matches eventstore.ErrConcurrencyConflict).
+func (e *AlreadyExistsError) Unwrap() error { return e.Err }
 
 // UnknownEventError reports a stored event whose type the registry does not know. It matches ErrUnknownEvent.
 type UnknownEventError struct {

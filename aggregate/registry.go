@@ -126,8 +126,13 @@ func RegisterEvent[E any](r *Registry, name string, opts ...EventOption) error {
 	switch {
 	case strings.TrimSpace(name) == "":
 		return r.fail(fmt.Errorf("%w: event type %s needs a non-empty name", ErrRegistration, typ))
-	case typ.Kind() == reflect.Pointer || typ.Kind() == reflect.Interface:
-		return r.fail(fmt.Errorf("%w: register event %q with a value type, not %s", ErrRegistration, name, typ))
+	case typ.Kind() == reflect.Pointer:
+		return r.fail(fmt.Errorf("%w: event %q is registered as the pointer type %s: register the value type "+
+			"(RegisterEvent[%s]) and raise %s values; stored events load as values", ErrRegistration, name, typ,
+			typ.Elem(), typ.Elem()))
+	case typ.Kind() == reflect.Interface:
+		return r.fail(fmt.Errorf("%w: register event %q with a concrete value type, not the interface %s",
+			ErrRegistration, name, typ))
 	case et.version < 1:
 		return r.fail(fmt.Errorf("%w: event %q: Version must be at least 1, got %d", ErrRegistration, name,
 			et.version))
@@ -221,14 +226,18 @@ func (r *Registry) lookupEvent(event any) (*eventType, error) {
 	return et, nil
 }
 
-// Encode returns the stable name, current version and encoded payload of an event value.
+// Encode returns the stable name, current version and encoded payload of an event value. A non-nil pointer to a
+// registered type is encoded as the value it points to (a repository refuses to save pointer events; see Raise).
 func (r *Registry) Encode(event any) (name string, version int, payload []byte, err error) {
 	et, err := r.lookupEvent(event)
 	if err != nil {
 		return "", 0, nil, err
 	}
-	if reflect.TypeOf(event).Kind() == reflect.Pointer {
-		event = reflect.ValueOf(event).Elem().Interface()
+	if v := reflect.ValueOf(event); v.Kind() == reflect.Pointer {
+		if v.IsNil() {
+			return "", 0, nil, fmt.Errorf("aggregate: encode event %q: nil %T", et.name, event)
+		}
+		event = v.Elem().Interface()
 	}
 	payload, err = r.codec.Marshal(event)
 	if err != nil {

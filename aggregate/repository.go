@@ -56,15 +56,16 @@ type RepositoryConfig struct {
 	// SnapshotSchemaVersion is the version of the aggregate's snapshot encoding; bump it when the state's shape
 	// changes so stale snapshots are ignored. Default 1.
 	SnapshotSchemaVersion int
-	// UpdateRetries is how many times Update retries after a concurrency conflict (so 3 means up to 4 attempts).
-	// Default 3; -1 means no retries.
+	// UpdateRetries is how many times Update, Upsert, UpdateTx and UpsertTx retry after a concurrency conflict (so
+	// 3 means up to 4 attempts). Default 3; -1 means no retries.
 	UpdateRetries int
 	// Clock stamps each event's occurred-at. Default time.Now.
 	Clock func() time.Time
 	// Logger receives diagnostics (a failed snapshot write, for instance). Default: silent.
 	Logger *slog.Logger
-	// TracerProvider creates the stagehand.save span of every Save, SaveTx, Update and Create. Default nil: the
-	// global provider (otel.GetTracerProvider), which records nothing until the application installs an SDK.
+	// TracerProvider creates the stagehand.save span of every save (Save, Create, Update, Upsert and their Tx
+	// twins). Default nil: the global provider (otel.GetTracerProvider), which records nothing until the
+	// application installs an SDK.
 	TracerProvider trace.TracerProvider
 	// MeterProvider creates the stagehand.events.appended counter. Default nil: the global provider.
 	MeterProvider metric.MeterProvider
@@ -280,8 +281,9 @@ func (r *Repository[A]) DropSnapshot(ctx context.Context, id string) error {
 
 // Save appends the aggregate's changes (through the Stager when configured) with its stored version as the
 // expected version, for the tenant in ctx. A concurrent change returns an error matching
-// eventstore.ErrConcurrencyConflict and stores nothing; reload and retry (or use Update). Saving an aggregate
-// without changes does nothing.
+// eventstore.ErrConcurrencyConflict and stores nothing; reload and retry (or use Update). A new aggregate (from
+// New, never saved) whose stream already exists returns an *AlreadyExistsError (ErrAlreadyExists, which also
+// matches eventstore.ErrConcurrencyConflict). Saving an aggregate without changes does nothing.
 //
 // A save with changes is traced as one stagehand.save span (append and staging), whose span context is written
 // into the metadata of the saved events (traceparent, tracestate) so staging done later continues the trace.
@@ -309,7 +311,7 @@ func (r *Repository[A]) save(ctx context.Context, a A) (int, error) {
 	}
 	n := len(batch.Request.Events)
 	if err != nil {
-		return n, r.saveError(a, err)
+		return n, r.saveError(ctx, a, err)
 	}
 	r.tel.appendedEvents(ctx, n)
 	// The append has committed: a snapshot of this version describes committed state.
@@ -350,7 +352,7 @@ func (r *Repository[A]) saveTx(ctx context.Context, tx pgx.Tx, a A) (int, error)
 	}
 	n := len(batch.Request.Events)
 	if err != nil {
-		return n, r.saveError(a, err)
+		return n, r.saveError(ctx, a, err)
 	}
 	r.tel.appendedEvents(ctx, n)
 	// The snapshot goes on tx, so it commits or rolls back with the events it describes.
@@ -360,23 +362,43 @@ func (r *Repository[A]) saveTx(ctx context.Context, tx pgx.Tx, a A) (int, error)
 
 // Update loads the aggregate, runs fn on it and saves it, retrying the whole sequence after a concurrency conflict
 // up to UpdateRetries times (a serialization failure or deadlock of the save, under REPEATABLE READ or
-// SERIALIZABLE, is one). An append whose commit outcome is unknown (eventstore.ErrCommitUnknown: the connection was
-// lost during its commit and the store could not find out) is never retried: it is returned, and the caller
-// reloads to see whether it was stored. An error from fn is returned as is and nothing is saved. The whole
-// sequence, retries included, is one stagehand.save span (with the number of attempts).
+// SERIALIZABLE, is one). An aggregate with no stored events returns an error matching ErrNotFound without calling
+// fn (Upsert creates it instead). An append whose commit outcome is unknown (eventstore.ErrCommitUnknown: the
+// connection was lost during its commit and the store could not find out) is never retried: it is returned, and
+// the caller reloads to see whether it was stored. An error from fn is returned as is and nothing is saved. The
+// whole sequence, retries included, is one stagehand.save span (with the number of attempts).
 func (r *Repository[A]) Update(ctx context.Context, id string, fn func(A) error) (A, error) {
+	return r.updateSpan(ctx, id, fn, false)
+}
+
+// Upsert is Update that creates the aggregate when it has no stored events: fn runs on the loaded aggregate, or
+// on a new one from New (Version 0) when there is none, and the result is saved. fn decides what to raise in
+// either case; if it raises nothing for a new aggregate, nothing is stored and the aggregate stays absent.
+//
+// When two writers create the same aggregate at once, one wins and the other's save finds the stream existing:
+// that is a concurrency conflict, so the loser reloads, now finds the winner's aggregate, and runs fn again on
+// it (its change applies to the winner's state). Retries, errors and the span are as for Update.
+func (r *Repository[A]) Upsert(ctx context.Context, id string, fn func(A) error) (A, error) {
+	return r.updateSpan(ctx, id, fn, true)
+}
+
+func (r *Repository[A]) updateSpan(ctx context.Context, id string, fn func(A) error, create bool) (A, error) {
 	ctx, span := r.tel.startSave(ctx, id)
 	attempts, events := 0, 0
-	a, err := r.update(ctx, id, fn, &attempts, &events)
+	a, err := r.update(ctx, id, fn, create, &attempts, &events)
 	span.SetAttributes(telemetry.AttrAttempts.Int(attempts))
 	endSave(span, events, err)
 	return a, err
 }
 
-func (r *Repository[A]) update(ctx context.Context, id string, fn func(A) error, attempts, events *int) (A, error) {
+func (r *Repository[A]) update(ctx context.Context, id string, fn func(A) error, create bool, attempts,
+	events *int) (A, error) {
 	for attempt := 0; ; attempt++ {
 		*attempts = attempt + 1
 		a, err := r.Load(ctx, id)
+		if create && errors.Is(err, ErrNotFound) {
+			a, err = r.New(id), nil
+		}
 		if err != nil {
 			return a, err
 		}
@@ -420,7 +442,9 @@ func conflictPause(ctx context.Context, attempt int) error {
 // UpdateTx is Update inside the caller's transaction tx (an inbox handler's, for instance): it loads the aggregate
 // through tx, runs fn and saves on tx, each attempt under its own savepoint. After a concurrency conflict it rolls
 // back to the savepoint (undoing only that attempt: the caller's earlier writes on tx stay) and retries, up to
-// UpdateRetries times, so a conflict is not the caller's problem. The caller commits or rolls back tx.
+// UpdateRetries times, so a conflict is not the caller's problem. The caller commits or rolls back tx. An
+// aggregate with no stored events (as tx sees it) returns an error matching ErrNotFound without calling fn, and
+// leaves tx usable (UpsertTx creates it instead).
 //
 // Retrying inside the transaction works under READ COMMITTED (the default, and the inbox's), where each attempt's
 // load sees what concurrent writers have committed meanwhile. Under REPEATABLE READ or SERIALIZABLE the
@@ -429,23 +453,45 @@ func conflictPause(ctx context.Context, attempt int) error {
 // error from fn is returned as is, with that attempt's writes rolled back. The store must be an
 // eventstore.TransactionalStore.
 func (r *Repository[A]) UpdateTx(ctx context.Context, tx pgx.Tx, id string, fn func(A) error) (A, error) {
+	return r.updateTxSpan(ctx, tx, id, fn, false)
+}
+
+// UpsertTx is UpdateTx that creates the aggregate when tx sees no stored events for it: fn runs on the loaded
+// aggregate, or on a new one from New (Version 0), and the result is saved on tx; if fn raises nothing for a new
+// aggregate, nothing is stored. It is the call for a handler that must create an aggregate when absent and change
+// it otherwise.
+//
+// When two transactions create the same aggregate at once, the first to commit wins; the other's append waits for
+// that commit and then finds the stream existing. Under READ COMMITTED (the default, and the inbox's) UpsertTx
+// rolls back to its savepoint, reloads through tx, which now sees the winner's events, and runs fn again on the
+// winner's aggregate: its change applies on top, nothing reaches the caller. Under REPEATABLE READ or SERIALIZABLE
+// the transaction cannot see the winner, so UpsertTx returns at once an error matching
+// eventstore.ErrConcurrencyConflict (an *AlreadyExistsError when the store reported the existing stream, matching
+// ErrAlreadyExists too; a serialization failure otherwise), with tx still usable; the caller retries in a new
+// transaction, which finds the aggregate and updates it (the inbox does so by itself, as contention).
+func (r *Repository[A]) UpsertTx(ctx context.Context, tx pgx.Tx, id string, fn func(A) error) (A, error) {
+	return r.updateTxSpan(ctx, tx, id, fn, true)
+}
+
+func (r *Repository[A]) updateTxSpan(ctx context.Context, tx pgx.Tx, id string, fn func(A) error, create bool) (
+	A, error) {
 	ctx, span := r.tel.startSave(ctx, id)
 	attempts, events := 0, 0
-	a, err := r.updateTx(ctx, tx, id, fn, &attempts, &events)
+	a, err := r.updateTx(ctx, tx, id, fn, create, &attempts, &events)
 	span.SetAttributes(telemetry.AttrAttempts.Int(attempts))
 	endSave(span, events, err)
 	return a, err
 }
 
-func (r *Repository[A]) updateTx(ctx context.Context, tx pgx.Tx, id string, fn func(A) error, attempts,
-	events *int) (A, error) {
+func (r *Repository[A]) updateTx(ctx context.Context, tx pgx.Tx, id string, fn func(A) error, create bool,
+	attempts, events *int) (A, error) {
 	if tx == nil {
 		var zero A
 		return zero, fmt.Errorf("aggregate: update of %s %q: nil transaction", r.typ.name, id)
 	}
 	for attempt := 0; ; attempt++ {
 		*attempts = attempt + 1
-		a, err := r.attemptTx(ctx, tx, id, fn, events)
+		a, err := r.attemptTx(ctx, tx, id, fn, create, events)
 		if err == nil || !errors.Is(err, eventstore.ErrConcurrencyConflict) || attempt >= r.cfg.UpdateRetries ||
 			(attempt == 0 && fixedSnapshot(ctx, tx)) {
 			return a, r.gaveUp(id, attempt, err)
@@ -467,14 +513,17 @@ func fixedSnapshot(ctx context.Context, tx pgx.Tx) bool {
 }
 
 // attemptTx is one attempt of UpdateTx under a savepoint, released on success and rolled back to on failure.
-func (r *Repository[A]) attemptTx(ctx context.Context, tx pgx.Tx, id string, fn func(A) error, events *int) (
-	A, error) {
+func (r *Repository[A]) attemptTx(ctx context.Context, tx pgx.Tx, id string, fn func(A) error, create bool,
+	events *int) (A, error) {
 	var zero A
 	sp, err := tx.Begin(ctx) // a savepoint
 	if err != nil {
 		return zero, fmt.Errorf("aggregate: update of %s %q: savepoint: %w", r.typ.name, id, err)
 	}
 	a, err := r.LoadTx(ctx, sp, id)
+	if create && errors.Is(err, ErrNotFound) {
+		a, err = r.New(id), nil
+	}
 	if err == nil {
 		err = fn(a)
 	}
@@ -496,13 +545,29 @@ func (r *Repository[A]) attemptTx(ctx context.Context, tx pgx.Tx, id string, fn 
 }
 
 // Create builds a new aggregate with New, runs fn on it and saves it (expecting no stream). If the stream already
-// exists the error matches eventstore.ErrConcurrencyConflict.
+// exists, nothing is stored and the error is an *AlreadyExistsError: it matches ErrAlreadyExists and, as the
+// optimistic-concurrency check that failed, eventstore.ErrConcurrencyConflict. Create does not retry (the stream
+// will not go away); use Upsert to change an existing aggregate instead. An error from fn is returned as is and
+// nothing is saved.
 func (r *Repository[A]) Create(ctx context.Context, id string, fn func(A) error) (A, error) {
 	a := r.New(id)
 	if err := fn(a); err != nil {
 		return a, err
 	}
 	return a, r.Save(ctx, a)
+}
+
+// CreateTx is Create on the caller's transaction: it builds a new aggregate with New, runs fn on it and saves it
+// on tx (SaveTx), expecting no stream. If the stream already exists (as tx's append sees it, which includes a
+// stream created by a transaction that committed while the append waited for it), nothing is stored, tx stays
+// usable, and the error is an *AlreadyExistsError (ErrAlreadyExists, and eventstore.ErrConcurrencyConflict). An
+// error from fn is returned as is and nothing is written. The store must be an eventstore.TransactionalStore.
+func (r *Repository[A]) CreateTx(ctx context.Context, tx pgx.Tx, id string, fn func(A) error) (A, error) {
+	a := r.New(id)
+	if err := fn(a); err != nil {
+		return a, err
+	}
+	return a, r.SaveTx(ctx, tx, a)
 }
 
 func (r *Repository[A]) batch(ctx context.Context, a A) (*Batch, error) {
@@ -539,6 +604,10 @@ func (r *Repository[A]) batch(ctx context.Context, a A) (*Batch, error) {
 	}
 	events := make([]any, len(b.pending))
 	for i, p := range b.pending {
+		if err := pointerEvent(p.event); err != nil {
+			return nil, fmt.Errorf("aggregate: save %s %q, change %d of %d: %w", r.typ.name, b.id, i+1,
+				len(b.pending), err)
+		}
 		name, version, payload, err := r.reg.Encode(p.event)
 		if err != nil {
 			return nil, err
@@ -559,7 +628,24 @@ func (r *Repository[A]) batch(ctx context.Context, a A) (*Batch, error) {
 	return &Batch{Request: req, Events: events}, nil
 }
 
-func (r *Repository[A]) saveError(a A, err error) error {
+// saveError is the error of a failed append of a's changes. A new aggregate's append expects no stream: when that
+// check fails (a version check, not a transaction conflict whose cause is unknown), the stream exists.
+// pointerEvent refuses an event raised as a pointer, naming its type and the value type to raise instead.
+func pointerEvent(event any) error {
+	typ := reflect.TypeOf(event)
+	if typ == nil || typ.Kind() != reflect.Pointer {
+		return nil
+	}
+	return fmt.Errorf("%w: %s: raise %s values, not pointers (Load hands Apply values, so an Apply written for "+
+		"one form misses the other)", ErrPointerEvent, typ, typ.Elem())
+}
+
+func (r *Repository[A]) saveError(ctx context.Context, a A, err error) error {
+	var ce *eventstore.ConflictError
+	if a.base().persisted == 0 && errors.As(err, &ce) && ce.Expected == eventstore.NoStream && ce.Reason == "" {
+		return &AlreadyExistsError{Type: r.typ.name, ID: a.base().id, Tenant: stagehand.TenantFrom(ctx),
+			Version: max(ce.Actual, 0), Err: err}
+	}
 	return fmt.Errorf("aggregate: save %s %q: %w", r.typ.name, a.base().id, err)
 }
 

@@ -82,7 +82,10 @@ func WithEventMetadata(key, value string) RaiseOption {
 }
 
 // Raise records event as a change of a and applies it through a.Apply. Events are values of types registered with
-// RegisterEvent.
+// RegisterEvent, never pointers: Load decodes stored events into values and hands those to Apply, so an Apply
+// that handles E misses a raised *E (and one that handles *E misses every loaded E). A pointer event is applied as
+// given but refused when the aggregate is saved: Save, SaveTx, Create, Update, Upsert and their twins return an
+// error matching ErrPointerEvent, naming the type, before anything is written.
 func Raise(a Aggregate, event any, opts ...RaiseOption) {
 	r := raised{event: event}
 	for _, o := range opts {

@@ -37,6 +37,7 @@ func Run(t *testing.T, newStore Factory) {
 		{"AtomicAppend/InvalidRequestsAreRejected", testInvalidAppend},
 		{"AtomicAppend/HostileNamesAreRejectedWithTypedErrors", testHostileNames},
 		{"OptimisticConcurrency/NoStream", testExpectNoStream},
+		{"OptimisticConcurrency/RacingCreatesHaveOneWinner", testRacingCreates},
 		{"OptimisticConcurrency/ExactVersion", testExpectExact},
 		{"OptimisticConcurrency/AnyVersion", testExpectAny},
 		{"OptimisticConcurrency/StreamExists", testExpectStreamExists},
@@ -216,6 +217,7 @@ func requireConflict(t *testing.T, err error, stream string, expected eventstore
 	equal(t, stream, ce.StreamID)
 	equal(t, expected, ce.Expected)
 	equal(t, actual, ce.Actual)
+	equal(t, "", ce.Reason, "a failed version check is not a transaction conflict")
 	contains(t, err.Error(), stream)
 	notContains(t, err.Error(), "SQLSTATE", "no raw driver error may reach the user")
 }
@@ -227,6 +229,44 @@ func testExpectNoStream(t *testing.T, s eventstore.Store) {
 	requireConflict(t, err, "s", eventstore.NoStream, 2)
 	got, _ := s.ReadStream(ctx(), "", "s", 0)
 	length(t, got, 2, "a conflicting append appends nothing")
+}
+
+// testRacingCreates: appends that all expect no stream race to create one: exactly one wins, and every other fails
+// its version check (Expected NoStream, no transaction-conflict Reason), which is how a caller tells "already
+// exists" from other conflicts. Nothing of the losers is stored.
+func testRacingCreates(t *testing.T, s eventstore.Store) {
+	const writers = 16
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var winners []eventstore.AppendResult
+	var unexpected []error
+	start := make(chan struct{})
+	for range writers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			res, err := s.Append(ctx(), eventstore.AppendRequest{StreamID: "new", StreamType: "t",
+				Expected: eventstore.NoStream, Events: events(2, "x")})
+			mu.Lock()
+			defer mu.Unlock()
+			var ce *eventstore.ConflictError
+			switch {
+			case err == nil:
+				winners = append(winners, res)
+			case !errors.As(err, &ce) || ce.Expected != eventstore.NoStream || ce.Reason != "":
+				unexpected = append(unexpected, err)
+			}
+		}()
+	}
+	close(start)
+	wg.Wait()
+	empty(t, unexpected, "every loser must fail the no-stream check")
+	length(t, winners, 1, "exactly one create wins")
+	got, err := s.ReadStream(ctx(), "", "new", 0)
+	noError(t, err)
+	equal(t, []int64{1, 2}, versions(got), "only the winner's events are stored")
+	equal(t, winners[0].Records[0].EventID, got[0].EventID)
 }
 
 func testExpectExact(t *testing.T, s eventstore.Store) {
