@@ -10,4 +10,6 @@ func SetRecoveryProbe(s *PostgresStore, probe func(context.Context) (bool, error
 }
 
 // ReadStreamSQL is the statement s reads a stream's events with ($1 tenant, $2 stream, $3 from version).
-func ReadStreamSQL(ctx context.Context, s *PostgresStore) string { return s.readStreamSQL(ctx) }
+func ReadStreamSQL(ctx context.Context, s *PostgresStore) string {
+	return s.readStreamSQL(s.Partitioned(ctx))
+}

@@ -51,7 +51,18 @@ func (s *PostgresStore) withActual(ctx context.Context, c *ConflictError, req Ap
 	return c
 }
 
-// stageError is the error of AppendWith when its stage callback failed: a transaction conflict there (the outbox
+// withCurrent completes err, when it is a *ConflictError whose version was left unknown (-1), with the stream's
+// committed version read on the pool. Call it only once the failed append's transaction has ended.
+func (s *PostgresStore) withCurrent(ctx context.Context, err error, req AppendRequest) error {
+	var c *ConflictError
+	if errors.As(err, &c) && c.Actual == -1 {
+		req.Tenant = c.Tenant // as prepared: the default tenant filled in
+		s.withActual(ctx, c, req)
+	}
+	return err
+}
+
+// stageError is the error of AppendWith when its stage callback failed (called once its transaction has ended): a transaction conflict there (the outbox
 // insert of a serializable transaction, for instance) rolled the append back, so it is a concurrency conflict.
 func (s *PostgresStore) stageError(ctx context.Context, err error, req AppendRequest) error {
 	if c := txConflict(err, req); c != nil {

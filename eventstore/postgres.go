@@ -197,19 +197,23 @@ func (s *PostgresStore) AppendTx(ctx context.Context, tx pgx.Tx, req AppendReque
 	return s.append(ctx, tx, req, true)
 }
 
-// AppendWith implements TransactionalStore.
+// AppendWith implements TransactionalStore. It holds one connection at a time: what it reads after a failure (the
+// stream's version for a conflict) it reads once its transaction has ended.
 func (s *PostgresStore) AppendWith(ctx context.Context, req AppendRequest, stage StageFunc) (AppendResult, error) {
 	tx, err := s.pool.Begin(ctx)
 	if err != nil {
 		return AppendResult{}, fmt.Errorf("eventstore: begin: %w", err)
 	}
-	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	rollback := func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }
+	defer rollback()
 	res, err := s.append(ctx, tx, req, false)
 	if err != nil {
-		return AppendResult{}, err
+		rollback()
+		return AppendResult{}, s.withCurrent(ctx, err, req)
 	}
 	if stage != nil {
 		if err := stage(ctx, tx, res); err != nil {
+			rollback()
 			return AppendResult{}, s.stageError(ctx, err, req)
 		}
 	}
@@ -229,13 +233,15 @@ type dbtx interface {
 }
 
 func (s *PostgresStore) append(ctx context.Context, db dbtx, req AppendRequest, savepoint bool) (AppendResult, error) {
-	// After a savepoint rollback the caller's transaction is usable and sees its own writes; otherwise the
-	// version is read outside it. Only an append that owns its transaction (or its savepoint) may retry.
-	lookup := dbtx(s.pool)
-	if savepoint {
-		lookup = db
+	// After a savepoint rollback the caller's transaction is usable and sees its own writes, so a conflict's
+	// version is read on it. A failed insert without a savepoint aborts the transaction: the version is left
+	// unknown (-1) for AppendWith to read once that transaction has ended (withCurrent), never on a second
+	// connection while it holds this one. Only an append that owns its transaction (or its savepoint) may retry.
+	lookup := db
+	if !savepoint && inTx(db) {
+		lookup = nil
 	}
-	return s.appendBy(ctx, req, lookup, savepoint || !inTx(db), func(sql string, args []any) ([]Record, error) {
+	return s.appendBy(ctx, db, req, lookup, savepoint || !inTx(db), func(sql string, args []any) ([]Record, error) {
 		if savepoint {
 			return s.insertUnderSavepoint(ctx, db, sql, args)
 		}
@@ -243,10 +249,11 @@ func (s *PostgresStore) append(ctx context.Context, db dbtx, req AppendRequest, 
 	})
 }
 
-// appendBy prepares req, inserts it with insert and turns the outcome into a result or a typed error: a failed
-// version check, or a lost race on the stream's unique index, is a conflict (with the stream's current version read
-// on lookup); an AnyVersion or StreamExists append that lost a race is retried when retry allows it.
-func (s *PostgresStore) appendBy(ctx context.Context, req AppendRequest, lookup dbtx, retry bool,
+// appendBy prepares req, inserts it with insert (on db, whose layout picks the statement) and turns the outcome into
+// a result or a typed error: a failed version check, or a lost race on the stream's unique index, is a conflict
+// (with the stream's current version read on lookup, or -1 when lookup is nil); an AnyVersion or StreamExists
+// append that lost a race is retried when retry allows it.
+func (s *PostgresStore) appendBy(ctx context.Context, db dbtx, req AppendRequest, lookup dbtx, retry bool,
 	insert func(sql string, args []any) ([]Record, error)) (AppendResult, error) {
 	req, err := prepare(req, s.cfg.Clock())
 	if err != nil {
@@ -256,7 +263,10 @@ func (s *PostgresStore) appendBy(ctx context.Context, req AppendRequest, lookup 
 	if err != nil {
 		return AppendResult{}, err
 	}
-	sql := s.appendSQL(ctx, req.Expected, l)
+	sql, err := s.appendSQL(ctx, db, req.Expected, l)
+	if err != nil {
+		return AppendResult{}, fmt.Errorf("eventstore: append to stream %q: %w", req.StreamID, err)
+	}
 	for attempt := 0; ; attempt++ {
 		recs, err := insert(sql, args)
 		if err == nil && len(recs) == 0 {
@@ -269,6 +279,10 @@ func (s *PostgresStore) appendBy(ctx context.Context, req AppendRequest, lookup 
 			if errors.Is(err, ErrConcurrencyConflict) && (req.Expected == AnyVersion ||
 				req.Expected == StreamExists) && attempt < 20 && retry {
 				continue
+			}
+			var c *ConflictError
+			if errors.Is(err, ErrConcurrencyConflict) && lookup == nil && errors.As(err, &c) {
+				return AppendResult{}, c // a transaction conflict, with its reason
 			}
 			if errors.Is(err, ErrConcurrencyConflict) {
 				return AppendResult{}, s.conflict(ctx, lookup, req)
@@ -420,8 +434,12 @@ func scanAppended(rows pgx.Rows) ([]Record, error) {
 // On a partitioned events table (see Partitions) the base is read from the stream's head in event_streams (one
 // probe, where the events' own index has one per partition), and the table's trigger is the concurrency control
 // (see migration 035): it moves the head from base to the last new version, or fails as the unique index did.
-func (s *PostgresStore) appendSQL(ctx context.Context, expected ExpectedVersion, l layout) string {
-	return s.appends[b2i(s.partitioned(ctx))][expectationKind(expected)][l]
+//
+// The layout is read through db (see layout): an error only when db is a transaction the read failed on.
+func (s *PostgresStore) appendSQL(ctx context.Context, db dbtx, expected ExpectedVersion, l layout) (string,
+	error) {
+	lay, err := s.layout(ctx, db)
+	return s.appends[b2i(lay.partitioned)][expectationKind(expected)][l], err
 }
 
 func b2i(b bool) int {
@@ -494,23 +512,32 @@ func (s *PostgresStore) buildAppendSQL(expected ExpectedVersion, l layout, parti
 	}
 }
 
-// conflict builds the ConflictError with the stream's current committed version.
+// conflict builds the ConflictError with the stream's current version as db sees it (-1 when it cannot be read,
+// or db is nil).
 func (s *PostgresStore) conflict(ctx context.Context, db dbtx, req AppendRequest) error {
-	var actual int64
-	err := db.QueryRow(ctx, s.versionSQL(ctx), req.Tenant, req.StreamID).Scan(&actual)
-	if err != nil {
-		actual = -1
+	actual := int64(-1)
+	if db != nil {
+		if sql, err := s.versionSQL(ctx, db); err == nil {
+			if err := db.QueryRow(ctx, sql, req.Tenant, req.StreamID).Scan(&actual); err != nil {
+				actual = -1
+			}
+		}
 	}
 	return &ConflictError{Tenant: req.Tenant, StreamID: req.StreamID, Expected: req.Expected, Actual: actual}
 }
 
 // versionSQL reads a stream's current version ($1 tenant, $2 stream; 0 when it does not exist): its head on a
-// partitioned table, its highest event otherwise.
-func (s *PostgresStore) versionSQL(ctx context.Context) string {
-	if s.partitioned(ctx) {
-		return `SELECT coalesce((SELECT version FROM ` + s.t.streams + ` WHERE tenant_id = $1 AND stream_id = $2), 0)`
+// partitioned table, its highest event otherwise. The layout is read through db.
+func (s *PostgresStore) versionSQL(ctx context.Context, db dbtx) (string, error) {
+	lay, err := s.layout(ctx, db)
+	if err != nil {
+		return "", err
 	}
-	return `SELECT coalesce(max(version), 0) FROM ` + s.t.events + ` WHERE tenant_id = $1 AND stream_id = $2`
+	if lay.partitioned {
+		return `SELECT coalesce((SELECT version FROM ` + s.t.streams + ` WHERE tenant_id = $1 AND stream_id = $2), 0)`,
+			nil
+	}
+	return `SELECT coalesce(max(version), 0) FROM ` + s.t.events + ` WHERE tenant_id = $1 AND stream_id = $2`, nil
 }
 
 // translate turns driver errors into the store's typed errors; no raw SQLSTATE reaches the user for an expected

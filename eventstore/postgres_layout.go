@@ -2,6 +2,7 @@ package eventstore
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -15,10 +16,12 @@ const layoutTTL = 10 * time.Second
 // tableLayout caches whether the events table is partitioned, and the positions archived below (the end of the
 // archived range, 0 when nothing is archived). Appends read it on every call, so reading it takes no lock: the
 // state is swapped whole, and once it is older than layoutTTL one caller reads it again while the others go on
-// with what was known (the first read, and the one after forgetLayout, make every caller wait for it).
+// with what was known. No caller ever waits for another: when nothing is known yet and another caller is reading
+// it, a caller reads it too. Every read goes through the caller's own database handle (its transaction on the Tx
+// paths), never through a second connection.
 type tableLayout struct {
 	cur     atomic.Pointer[layoutState]
-	reading sync.Mutex // held by the caller reading the layout
+	reading sync.Mutex // held (TryLock only) by the caller refreshing a stale layout
 }
 
 type layoutState struct {
@@ -27,49 +30,73 @@ type layoutState struct {
 	archivedTo  int64
 }
 
-// partitioned reports whether the store's events table is partitioned (see Partitions), as last read within
-// layoutTTL. A failed read (a schema not migrated, a lost connection) keeps what was known before (unpartitioned
-// at first) for another layoutTTL: the statement that follows reports the database's error itself.
-func (s *PostgresStore) partitioned(ctx context.Context) bool {
-	p, _ := s.layout(ctx)
-	return p
-}
+// partitionedSQL is true when the table named by $1 is partitioned. It asks the catalog caches (not the
+// statement's snapshot, which a REPEATABLE READ transaction keeps from before a conversion), and is false for a
+// table that does not exist: it never fails.
+const partitionedSQL = `coalesce(pg_get_partkeydef(to_regclass($1)) IS NOT NULL, false)`
 
 // Partitioned reports whether the store's events table is partitioned by position (see Partitions), as the store
 // last read it (at most 10 s ago).
-func (s *PostgresStore) Partitioned(ctx context.Context) bool { return s.partitioned(ctx) }
+func (s *PostgresStore) Partitioned(ctx context.Context) bool {
+	st, _ := s.layout(ctx, s.pool)
+	return st.partitioned
+}
 
-// layout returns whether the events table is partitioned and where its archived range ends.
-func (s *PostgresStore) layout(ctx context.Context) (bool, int64) {
+// layout returns whether the events table is partitioned and where its archived range ends, as last read within
+// layoutTTL, reading it through db when it is older (or unknown). db is the handle the caller's statements use:
+// the caller's transaction on the Tx paths, so they never take a second connection.
+//
+// A failed read through the pool (a schema not migrated, a lost connection) keeps what was known before
+// (unpartitioned at first) for another layoutTTL, with no error: the statement that follows reports the database's
+// error itself. A failed read through a transaction returns the error, and keeps nothing: the failure has aborted
+// the transaction (or it was aborted already), so the caller's next statement could only report that. On a
+// migrated schema the statement cannot fail.
+func (s *PostgresStore) layout(ctx context.Context, db dbtx) (layoutState, error) {
 	l := &s.tableLay
 	st := l.cur.Load()
 	if st != nil && time.Since(st.checked) < layoutTTL {
-		return st.partitioned, st.archivedTo
+		return *st, nil
 	}
-	if st == nil {
-		l.reading.Lock()
-	} else if !l.reading.TryLock() {
-		return st.partitioned, st.archivedTo // another caller is reading it
+	if !l.reading.TryLock() {
+		if st != nil {
+			return *st, nil // another caller is refreshing it
+		}
+		return s.readLayout(ctx, db, nil) // nothing known: read it here rather than wait
 	}
 	defer l.reading.Unlock()
 	if now := l.cur.Load(); now != nil && time.Since(now.checked) < layoutTTL {
-		return now.partitioned, now.archivedTo // read meanwhile
+		return *now, nil // read meanwhile
 	}
-	next := &layoutState{checked: time.Now()}
-	if st != nil {
-		next.partitioned, next.archivedTo = st.partitioned, st.archivedTo
+	return s.readLayout(ctx, db, st)
+}
+
+// readLayout reads the layout through db and stores it (see layout); known is what was known before, if anything.
+func (s *PostgresStore) readLayout(ctx context.Context, db dbtx, known *layoutState) (layoutState, error) {
+	next := layoutState{checked: time.Now()}
+	if known != nil {
+		next.partitioned, next.archivedTo = known.partitioned, known.archivedTo
 	}
 	var partitioned bool
 	var archivedTo int64
-	err := s.pool.QueryRow(ctx, `SELECT coalesce((SELECT relkind = 'p' FROM pg_class WHERE oid = to_regclass($1)),
-			false), coalesce((SELECT max(to_position) FROM `+s.t.archives+`), 0)`, s.t.events).
-		Scan(&partitioned, &archivedTo)
+	err := db.QueryRow(ctx, `SELECT `+partitionedSQL+`, coalesce((SELECT max(to_position) FROM `+s.t.archives+
+		`), 0)`, s.t.events).Scan(&partitioned, &archivedTo)
+	if err != nil && inTx(db) {
+		return next, fmt.Errorf("eventstore: read the layout of %s (did you run stagehand.Migrate?): %w",
+			s.t.events, err)
+	}
 	if err == nil {
 		next.partitioned, next.archivedTo = partitioned, archivedTo
 	}
-	l.cur.Store(next)
-	return next.partitioned, next.archivedTo
+	s.tableLay.cur.Store(&next)
+	return next, nil
 }
 
-// forgetLayout makes the next statement read the layout again (after this process converted or archived).
-func (s *PostgresStore) forgetLayout() { s.tableLay.cur.Store(nil) }
+// learnPartitioned records that the events table is (or is not) partitioned, as a statement just found out,
+// keeping the rest of what was known (and when it was read, so the archived range is read again on time).
+func (s *PostgresStore) learnPartitioned(partitioned bool) {
+	next := layoutState{checked: time.Now(), partitioned: partitioned}
+	if st := s.tableLay.cur.Load(); st != nil {
+		next.checked, next.archivedTo = st.checked, st.archivedTo
+	}
+	s.tableLay.cur.Store(&next)
+}

@@ -17,7 +17,7 @@ func (s *PostgresStore) ReadLog(ctx context.Context, q LogQuery) (LogPage, error
 	if err := s.checkPrimary(ctx); err != nil {
 		return LogPage{}, err
 	}
-	if _, to := s.layout(ctx); q.After < to-1 {
+	if lay, _ := s.layout(ctx, s.pool); q.After < lay.archivedTo-1 {
 		return LogPage{}, s.archivedLog(ctx, q.After)
 	}
 	limit := q.limit()

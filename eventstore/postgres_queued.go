@@ -32,7 +32,8 @@ func (s *PostgresStore) AppendQueued(ctx context.Context, req AppendRequest, que
 	}
 	for attempt := 0; ; attempt++ {
 		var current int64
-		if err := s.pool.QueryRow(ctx, s.versionSQL(ctx), req.Tenant, req.StreamID).Scan(&current); err != nil {
+		sql, _ := s.versionSQL(ctx, s.pool) // through the pool: no error
+		if err := s.pool.QueryRow(ctx, sql, req.Tenant, req.StreamID).Scan(&current); err != nil {
 			return AppendResult{}, fmt.Errorf("eventstore: read the version of stream %q: %w", req.StreamID, err)
 		}
 		if current == 0 && req.Expected == StreamExists {
@@ -53,7 +54,8 @@ func (s *PostgresStore) AppendQueued(ctx context.Context, req AppendRequest, que
 }
 
 // appendPipelined is AppendQueued for a prepared request whose versions are known before the insert (an exact
-// expected version, or NoStream).
+// expected version, or NoStream). It holds one connection at a time: what it reads after a failure (the stream's
+// version, whether a lost commit happened) it reads once the batch's connection is back in the pool.
 func (s *PostgresStore) appendPipelined(ctx context.Context, req AppendRequest, queue QueueFunc) (AppendResult,
 	error) {
 	args, l, err := appendArgs(req)
@@ -64,7 +66,8 @@ func (s *PostgresStore) appendPipelined(ctx context.Context, req AppendRequest, 
 	b := &pgx.Batch{}
 	var recs []Record
 	inserted := false
-	b.Queue(s.appendSQL(ctx, req.Expected, l), args...).Query(func(rows pgx.Rows) (err error) {
+	sql, _ := s.appendSQL(ctx, s.pool, req.Expected, l) // through the pool: no error
+	b.Queue(sql, args...).Query(func(rows pgx.Rows) (err error) {
 		recs, err = scanAppended(rows)
 		inserted = err == nil
 		return err
@@ -79,11 +82,13 @@ func (s *PostgresStore) appendPipelined(ctx context.Context, req AppendRequest, 
 	if err != nil {
 		return AppendResult{}, fmt.Errorf("eventstore: acquire a connection: %w", err)
 	}
-	// A broken connection is destroyed by Release rather than reused.
-	defer conn.Release()
-	if err := conn.SendBatch(ctx, b).Close(); err != nil {
-		if conn.Conn().IsClosed() && lostConnection(err) {
-			return s.commitLost(ctx, req, planned, conn.Conn().PgConn().PID(), err)
+	err = conn.SendBatch(ctx, b).Close()
+	lost := err != nil && conn.Conn().IsClosed() && lostConnection(err)
+	pid := conn.Conn().PgConn().PID()
+	conn.Release() // a broken connection is destroyed rather than reused
+	if err != nil {
+		if lost {
+			return s.commitLost(ctx, req, planned, pid, err)
 		}
 		// A statement failed, so the server rolled the implicit transaction back: nothing is stored.
 		if !inserted {

@@ -10,15 +10,27 @@ import (
 )
 
 // readStream reads a stream's events from fromVersion on through db (the pool, or a caller's transaction): all of
-// them, or the first limit when limit > 0.
+// them, or the first limit when limit > 0. Every statement it runs goes through db.
 func (s *PostgresStore) readStream(ctx context.Context, db dbtx, tenant, streamID string, fromVersion int64,
 	limit int) ([]Record, error) {
-	tenant = tenantOrDefault(tenant)
+	lay, err := s.layout(ctx, db)
+	if err != nil {
+		return nil, fmt.Errorf("eventstore: read stream %q: %w", streamID, err)
+	}
+	return s.readStreamAs(ctx, db, lay.partitioned, tenantOrDefault(tenant), streamID, fromVersion, limit, true)
+}
+
+// readStreamAs is readStream with the statement of the given layout. When it reads no events it asks the stream's
+// head and the table's actual layout in one statement (streamHead); when the layout it read with was not the
+// table's, it records the actual one, and reads again (once, when again is set) if the statement it used could
+// have missed events.
+func (s *PostgresStore) readStreamAs(ctx context.Context, db dbtx, partitioned bool, tenant, streamID string,
+	fromVersion int64, limit int, again bool) ([]Record, error) {
 	var lim *int // NULL: no limit
 	if limit > 0 {
 		lim = &limit
 	}
-	rows, err := db.Query(ctx, s.readStreamSQL(ctx)+` LIMIT $4`, tenant, streamID, fromVersion, lim)
+	rows, err := db.Query(ctx, s.readStreamSQL(partitioned)+` LIMIT $4`, tenant, streamID, fromVersion, lim)
 	if err != nil {
 		return nil, fmt.Errorf("eventstore: read stream %q: %w", streamID, err)
 	}
@@ -44,46 +56,60 @@ func (s *PostgresStore) readStream(ctx context.Context, db dbtx, tenant, streamI
 		// Versions first..out[0].Version-1 are not stored: archived (or removed by hand, when nothing is).
 		return s.archivedStream(ctx, db, tenant, streamID, first, out[0].Version-1, out)
 	}
-	if len(out) == 0 {
-		// Read the layout afresh: a table converted or archived under this store since it last looked must not
-		// make an archived stream look absent.
-		s.forgetLayout()
-		if s.partitioned(ctx) {
-			// The stream's head outlives its archived events.
-			var head int64
-			err := db.QueryRow(ctx, `SELECT version FROM `+s.t.streams+` WHERE tenant_id = $1 AND stream_id = $2`,
-				tenant, streamID).Scan(&head)
-			if errors.Is(err, pgx.ErrNoRows) {
-				return nil, fmt.Errorf("%w: %q (tenant %q)", ErrStreamNotFound, streamID, tenant)
-			}
-			if err != nil {
-				return nil, fmt.Errorf("eventstore: read stream %q: %w", streamID, err)
-			}
-			if head >= first {
-				return s.archivedStream(ctx, db, tenant, streamID, first, head, out)
-			}
-			return out, nil
-		}
-		var exists bool
-		if err := db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM `+s.t.events+
-			` WHERE tenant_id = $1 AND stream_id = $2)`, tenant, streamID).Scan(&exists); err != nil {
-			return nil, fmt.Errorf("eventstore: read stream %q: %w", streamID, err)
-		}
-		if !exists {
-			return nil, fmt.Errorf("%w: %q (tenant %q)", ErrStreamNotFound, streamID, tenant)
+	if len(out) > 0 {
+		return out, nil
+	}
+	head, actual, err := s.streamHead(ctx, db, partitioned, tenant, streamID)
+	if err != nil {
+		return nil, fmt.Errorf("eventstore: read stream %q: %w", streamID, err)
+	}
+	if actual != partitioned {
+		// Converted (or dropped and migrated again) since this store last read the layout.
+		s.learnPartitioned(actual)
+		if partitioned && again {
+			// The read was bounded by a stream head an unpartitioned table does not keep.
+			return s.readStreamAs(ctx, db, actual, tenant, streamID, fromVersion, limit, false)
 		}
 	}
-	return out, nil
+	switch {
+	case head == nil:
+		return nil, fmt.Errorf("%w: %q (tenant %q)", ErrStreamNotFound, streamID, tenant)
+	case actual && *head >= first:
+		// The stream's head outlives its archived events.
+		return s.archivedStream(ctx, db, tenant, streamID, first, *head, out)
+	}
+	return out, nil // the stream ends before fromVersion
+}
+
+// streamHead returns, in one statement on db, a stream's current version (nil when the stream does not exist) and
+// whether the events table is partitioned (partitionedSQL: this statement, unlike the cached layout, is never
+// stale). It is right whatever the table's layout, so a table converted since the store last read the layout
+// cannot make an archived stream look absent. partitioned is the layout the store knows: on a partitioned table the
+// stream's head in event_streams answers (one probe); an unpartitioned table does not keep heads, and its events
+// answer (one probe of the stream's index), looked at only when there is no head, so a stale layout costs a scan
+// of every partition's index only once (the layout is then recorded).
+func (s *PostgresStore) streamHead(ctx context.Context, db dbtx, partitioned bool, tenant, streamID string) (
+	*int64, bool, error) {
+	head := `(SELECT version FROM ` + s.t.streams + ` WHERE tenant_id = $2 AND stream_id = $3)`
+	if !partitioned {
+		head = `coalesce(` + head + `, (SELECT max(version) FROM ` + s.t.events +
+			` WHERE tenant_id = $2 AND stream_id = $3))`
+	}
+	var version *int64
+	var actual bool
+	err := db.QueryRow(ctx, `SELECT `+head+`, `+partitionedSQL, s.t.events, tenant, streamID).Scan(&version,
+		&actual)
+	return version, actual, err
 }
 
 // readStreamSQL reads a stream's events from a version on ($1 tenant, $2 stream, $3 version). On a partitioned table
 // the stream's head bounds the positions, so PostgreSQL visits only the partitions between its first and its last
 // event (it prunes the others as the statement runs, from the bounds' subqueries).
-func (s *PostgresStore) readStreamSQL(ctx context.Context) string {
+func (s *PostgresStore) readStreamSQL(partitioned bool) string {
 	cols := `SELECT position, stream_type, version, event_id, event_type, event_version, payload, metadata,
 			occurred_at, recorded_at FROM ` + s.t.events + `
 		WHERE tenant_id = $1 AND stream_id = $2 AND version >= $3`
-	if s.partitioned(ctx) {
+	if partitioned {
 		head := ` FROM ` + s.t.streams + ` WHERE tenant_id = $1 AND stream_id = $2)`
 		cols += ` AND position >= (SELECT first_position` + head + ` AND position <= (SELECT last_position` + head
 	}

@@ -194,6 +194,10 @@ type QueuedAppender interface {
 
 // TransactionalStore is a Store whose appends can share a PostgreSQL transaction with other writes (outbox rows,
 // read models). The PostgreSQL store implements it; the in-memory store does not.
+//
+// Everything a Tx method does runs on the caller's transaction: it never takes a second connection from the pool
+// while the caller's transaction holds one, so a pool of one connection per concurrent transaction is enough, and
+// callers never wait for one another inside their transactions. AppendWith holds one connection at a time too.
 type TransactionalStore interface {
 	Store
 	// Begin starts a transaction on the store's database, for use with AppendTx.

@@ -70,7 +70,9 @@ type Config struct {
 	// Default 1000; 1 to 10000.
 	BatchSize int
 	// PagesPerTx is how many pages (of BatchSize positions) one transaction may apply while catching up, so one
-	// commit serves them all; live tailing commits every page. Default 10; 1 to 100.
+	// commit serves them all; live tailing commits every page. The transaction takes a further page only when it
+	// has been read ahead already: it never waits, holding its connection, for a read that needs another. Default
+	// 10; 1 to 100.
 	PagesPerTx int
 	// PollInterval is how often the log is polled when no notification arrives. Default 1s; at least 1ms.
 	PollInterval time.Duration

@@ -236,7 +236,10 @@ func TestPartitionedModeKeepsStreamOrderAndAppliesEachEventOnce(t *testing.T) {
 
 func TestParkModeParksTheFailingEventAndOthersFlow(t *testing.T) {
 	t.Parallel()
-	w := setup(t)
+	// A replay holds one connection at a time (it reads the event before its transaction begins).
+	pool, schema := pgtest.GuardedMigrated(t, 10)
+	w := worldOn(t, pool, schema)
+	replayCtx := pgtest.OneConnection(context.Background(), "ReplayParked")
 	m := w.model("rm")
 	var broken atomic.Bool
 	broken.Store(true)
@@ -271,7 +274,7 @@ func TestParkModeParksTheFailingEventAndOthersFlow(t *testing.T) {
 	require.Equal(t, projection.Running, st.State)
 
 	// Replay while still broken: fails, stays parked with one more attempt.
-	require.ErrorContains(t, p.ReplayParked(context.Background(), parked[0].ID), "cannot handle 13")
+	require.ErrorContains(t, p.ReplayParked(replayCtx, parked[0].ID), "cannot handle 13")
 	again, err := projection.ListParked(context.Background(), w.pool, w.schema, "accounts")
 	require.NoError(t, err)
 	require.Equal(t, 4, again[0].Attempts)
@@ -297,7 +300,7 @@ func TestParkModeParksTheFailingEventAndOthersFlow(t *testing.T) {
 		require.NoError(t, err)
 		return len(ps) == 0
 	}, "replayed")
-	require.ErrorIs(t, p.ReplayParked(context.Background(), parked[1].ID), projection.ErrParkedNotFound)
+	require.ErrorIs(t, p.ReplayParked(replayCtx, parked[1].ID), projection.ErrParkedNotFound)
 	w.requireOnce(t, "rm", w.logPositions(t))
 	require.Contains(t, w.snapshot(t, "rm"), "a owner-a 15 3 3")
 	require.Zero(t, status(t, p).Parked)

@@ -45,7 +45,8 @@ type Config struct {
 	// BatchSize is the most log positions read per page (and so the largest batch). Default 1000; 1 to 10000.
 	BatchSize int
 	// PagesPerTx is how many pages one transaction may apply while catching up (pages come back full): one
-	// commit then serves them all. Live tailing commits every page. Default 10; 1 to 100.
+	// commit then serves them all. Live tailing commits every page. A further page is taken only when it has been
+	// read ahead already (see Follower.commit). Default 10; 1 to 100.
 	PagesPerTx int
 	// PollInterval is how often the log is polled when no wake-up arrives. Default 1s; at least 1ms.
 	PollInterval time.Duration

@@ -147,6 +147,16 @@ func (f *Follower) prefetch(ctx context.Context, after int64) *prefetched {
 	return pf
 }
 
+// ready reports whether pf's read has finished.
+func ready(pf *prefetched) bool {
+	select {
+	case <-pf.done:
+		return true
+	default:
+		return false
+	}
+}
+
 func (f *Follower) loop(ctx context.Context, l lease.Lease, p *progress, notified <-chan struct{}) error {
 	// While catching up, the next page is read while the current batch commits, so a page costs about
 	// max(read, commit) instead of their sum.
@@ -301,7 +311,8 @@ type txBatch struct {
 
 // commit handles b and moves the checkpoint from p.pos to b.last in one fenced transaction. While pages come
 // back full it goes on with the prefetched next page in the same transaction, up to PagesPerTx pages, so one
-// commit serves them all; b then holds every record handled and the final position.
+// commit serves them all; b then holds every record handled and the final position. It never waits for a page
+// still being read: the transaction holds a connection, and the read takes another.
 func (f *Follower) commit(ctx context.Context, l lease.Lease, p *progress, b *txBatch, pf **prefetched) error {
 	tx, err := f.pool.Begin(ctx)
 	if err != nil {
@@ -318,7 +329,12 @@ func (f *Follower) commit(ctx context.Context, l lease.Lease, p *progress, b *tx
 	}
 	for pages := 1; pages < f.cfg.PagesPerTx && b.full && *pf != nil; pages++ {
 		next := *pf
-		<-next.done
+		if !ready(next) {
+			// Not read yet: commit what is handled instead of waiting, with this transaction's connection held,
+			// for a read that needs another connection of the pool (the pool may be full of transactions
+			// waiting for locks this one holds). The loop takes the page when it is read.
+			break
+		}
 		if next.err != nil || next.after != b.last {
 			break // the loop deals with it
 		}

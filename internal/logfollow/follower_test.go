@@ -468,3 +468,39 @@ func TestRunLeavesNoGoroutines(t *testing.T) {
 	}, logfollow.Config{Name: "g"})
 	require.ErrorIs(t, c.Run(context.Background()), logfollow.ErrHandler)
 }
+
+// heldRead is a store whose log reads after position after wait until release is closed.
+type heldRead struct {
+	eventstore.Store
+	after   int64
+	release chan struct{}
+}
+
+func (h *heldRead) ReadLog(ctx context.Context, q eventstore.LogQuery) (eventstore.LogPage, error) {
+	if q.After == h.after {
+		select {
+		case <-h.release:
+		case <-ctx.Done():
+			return eventstore.LogPage{}, ctx.Err()
+		}
+	}
+	return h.Store.ReadLog(ctx, q)
+}
+
+// A follower catching up never waits, with its transaction open, for the page it reads ahead: that read takes
+// another connection, which a pool full of transactions waiting for this one's locks would never give it. The page
+// in hand commits alone, and the next one is taken once it has been read.
+func TestCommitDoesNotWaitForThePageReadAhead(t *testing.T) {
+	t.Parallel()
+	x := setup(t)
+	x.appendN(t, x.store, "a", "e", 25)
+	held := &heldRead{Store: x.store, after: 10, release: make(chan struct{})}
+	f := x.newFollower(t, held, x.record("one"), logfollow.Config{BatchSize: 10, PagesPerTx: 10,
+		PollInterval: 20 * time.Millisecond})
+	start(t, f)
+	pgtest.Eventually(t, 10*time.Second, func() bool { return x.checkpoint(t, "f").Position == 10 },
+		"the first page commits while the next one is still being read")
+	close(held.release)
+	pgtest.Eventually(t, 10*time.Second, func() bool { return x.checkpoint(t, "f").Position == 25 }, "catch-up")
+	x.requireOnce(t, 25)
+}

@@ -215,23 +215,20 @@ func (p Parked) Replay(ctx context.Context, db Beginner, store eventstore.Store,
 	if err != nil {
 		return fmt.Errorf("%s: %s: read parked event %d: %w", p.label, owner, id, err)
 	}
-	err = pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
-		page, err := store.ReadLog(ctx, eventstore.LogQuery{After: pos - 1, Limit: 1})
-		if err != nil {
-			return fmt.Errorf("read event at position %d: %w", pos, err)
-		}
-		if len(page.Records) != 1 || page.Records[0].Position != pos {
-			return fmt.Errorf("the event at position %d is no longer in the log", pos)
-		}
-		tag, err := tx.Exec(ctx, `DELETE FROM `+p.table+` WHERE id = $1`, id)
-		if err != nil {
-			return err
-		}
-		if tag.RowsAffected() == 0 {
-			return fmt.Errorf("%w: %d (replayed or discarded meanwhile)", p.notFound, id)
-		}
-		return handle(ctx, tx, page.Records[0])
-	})
+	// The event is read before the transaction begins: a store's reads take a connection of their own, which
+	// must not wait for one while the transaction holds another.
+	page, err := store.ReadLog(ctx, eventstore.LogQuery{After: pos - 1, Limit: 1})
+	switch {
+	case err != nil:
+		err = fmt.Errorf("read event at position %d: %w", pos, err)
+	case len(page.Records) != 1 || page.Records[0].Position != pos:
+		err = fmt.Errorf("the event at position %d is no longer in the log", pos)
+	}
+	if err == nil {
+		err = pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
+			return p.replayOn(ctx, tx, id, page.Records[0], handle)
+		})
+	}
 	if err == nil || errors.Is(err, p.notFound) {
 		return err
 	}
@@ -242,6 +239,19 @@ func (p Parked) Replay(ctx context.Context, db Beginner, store eventstore.Store,
 			p.label, owner, id, err, uerr)
 	}
 	return fmt.Errorf("%s: %s: replay parked event %d: %w", p.label, owner, id, err)
+}
+
+// replayOn deletes parked event id and handles rec, its event, on tx.
+func (p Parked) replayOn(ctx context.Context, tx pgx.Tx, id int64, rec eventstore.Record,
+	handle func(ctx context.Context, tx pgx.Tx, rec eventstore.Record) error) error {
+	tag, err := tx.Exec(ctx, `DELETE FROM `+p.table+` WHERE id = $1`, id)
+	if err != nil {
+		return err
+	}
+	if tag.RowsAffected() == 0 {
+		return fmt.Errorf("%w: %d (replayed or discarded meanwhile)", p.notFound, id)
+	}
+	return handle(ctx, tx, rec)
 }
 
 // ReplayRequested replays, oldest first, owner's parked events an operator asked for (RequestReplay), each through
