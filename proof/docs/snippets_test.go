@@ -24,9 +24,14 @@ type snippetContext struct {
 	pkgDir string
 	// prelude declares, at package level, what the snippets use without declaring.
 	prelude string
+	// excerptsOf, when set, is a package (relative to the root) the snippets are taken from: each must appear in
+	// one of its Go files as it stands (line for line, indentation aside), so the document shows code that
+	// compiles and runs in that package's tests, and cannot drift from it.
+	excerptsOf string
 }
 
 var snippetContexts = map[string]snippetContext{
+	"docs/getting-started.md": {excerptsOf: "examples/loans"},
 	"README.md": {prelude: `
 var (
 	ctx            context.Context
@@ -234,6 +239,10 @@ func TestMarkdownSnippetsCompile(t *testing.T) {
 			continue
 		}
 		t.Run(md, func(t *testing.T) {
+			if sc.excerptsOf != "" {
+				checkExcerpts(t, root, md, sc.excerptsOf, snips)
+				return
+			}
 			checkSnippets(t, root, md, sc, snips)
 		})
 		checked += len(snips)
@@ -304,5 +313,81 @@ func checkSnippets(t *testing.T, root, md string, sc snippetContext, snips []sni
 	_, _ = conf.Check(pkgPath, fset, append(pkgFiles, f), nil)
 	for _, e := range errs {
 		t.Errorf("snippet does not compile: %s", e)
+	}
+}
+
+// checkExcerpts fails for each snippet that is not an excerpt of dir's Go files (see excerptProblems).
+func checkExcerpts(t *testing.T, root, md, dir string, snips []snippet) {
+	t.Helper()
+	problems, err := excerptProblems(root, md, dir, snips)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range problems {
+		t.Error(p)
+	}
+}
+
+// excerptProblems names each snippet that is not a run of whole lines of one of dir's Go files (each line compared
+// without its leading and trailing white space, blank lines included).
+func excerptProblems(root, md, dir string, snips []snippet) ([]string, error) {
+	files, err := filepath.Glob(filepath.Join(root, dir, "*.go"))
+	if err != nil || len(files) == 0 {
+		return nil, fmt.Errorf("%s: no Go files in %s to take excerpts from (%v)", md, dir, err)
+	}
+	norm := func(text string) string {
+		var b strings.Builder
+		for _, l := range strings.Split(strings.Trim(text, "\n"), "\n") {
+			b.WriteString("\n" + strings.TrimSpace(l))
+		}
+		return b.String() + "\n"
+	}
+	var sources []string
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			return nil, err
+		}
+		sources = append(sources, norm(string(data)))
+	}
+	var problems []string
+	for _, s := range snips {
+		want := norm(s.code)
+		if !slices.ContainsFunc(sources, func(src string) bool { return strings.Contains(src, want) }) {
+			problems = append(problems, fmt.Sprintf("%s:%d: this snippet is not an excerpt of %s (copy it from "+
+				"there as it stands):\n%s", md, s.line, dir, s.code))
+		}
+	}
+	return problems, nil
+}
+
+// The excerpt check passes a snippet copied from the package and fails one changed by a single token, or made of
+// two pieces that are not adjacent in the source.
+func TestExcerptCheckCatchesDrift(t *testing.T) {
+	root := repoRoot(t)
+	src, err := os.ReadFile(filepath.Join(root, "examples/loans/domain.go"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(string(src), "\n")
+	var start int
+	for i, l := range lines {
+		if strings.HasPrefix(l, "func (l *Loan) Return() error {") {
+			start = i
+		}
+	}
+	if start == 0 {
+		t.Fatal("examples/loans/domain.go has no Loan.Return to take an excerpt of")
+	}
+	good := strings.Join(lines[start:start+6], "\n") + "\n"
+	changed := strings.Replace(good, "LoanReturned", "LoanClosed", 1)
+	spliced := strings.Join(append([]string{lines[start]}, lines[start+2:start+6]...), "\n") + "\n"
+	problems, err := excerptProblems(root, "test.md", "examples/loans",
+		[]snippet{{line: 1, code: good}, {line: 2, code: changed}, {line: 3, code: spliced}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(problems) != 2 || !strings.HasPrefix(problems[0], "test.md:2:") || !strings.HasPrefix(problems[1], "test.md:3:") {
+		t.Fatalf("want the changed and the spliced snippets reported, got %q", problems)
 	}
 }
