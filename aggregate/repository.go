@@ -464,8 +464,8 @@ func (r *Repository[A]) UpdateTx(ctx context.Context, tx pgx.Tx, id string, fn f
 // When two transactions create the same aggregate at once, the first to commit wins; the other's append waits for
 // that commit and then finds the stream existing. Under READ COMMITTED (the default, and the inbox's) UpsertTx
 // rolls back to its savepoint, reloads through tx, which now sees the winner's events, and runs fn again on the
-// winner's aggregate: its change applies on top, nothing reaches the caller. Under REPEATABLE READ or SERIALIZABLE
-// the transaction cannot see the winner, so UpsertTx returns at once an error matching
+// winner's aggregate: its change applies on top, and the race never reaches the caller. Under REPEATABLE READ or
+// SERIALIZABLE the transaction cannot see the winner, so UpsertTx returns at once an error matching
 // eventstore.ErrConcurrencyConflict (an *AlreadyExistsError when the store reported the existing stream, matching
 // ErrAlreadyExists too; a serialization failure otherwise), with tx still usable; the caller retries in a new
 // transaction, which finds the aggregate and updates it (the inbox does so by itself, as contention).

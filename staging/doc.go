@@ -55,6 +55,15 @@
 // SQL, from its event. A mapping that puts the global position or the recorded-at time into the message itself
 // needs EventuallyConsistent or Deferred.
 //
+// # Checking mapped types against handlers
+//
+// A message type that a mapping produces and no handler handles is found late: its messages are dead-lettered by
+// the consumer's outbox.Handlers with outbox.ErrUnknownMessageType. A mapping can declare what it produces with the
+// MessageTypes option of Map and MapRaw (the declaration is enforced: a message of another type fails its staging),
+// and a service that consumes its own messages calls CheckHandled(mapping, handlers...) at start: it returns an
+// *UnhandledError listing the declared types no handler handles and the mappings that declare nothing, with the
+// types handled but never mapped for information. Mapping.MessageTypes and outbox.Handlers.Types expose each side.
+//
 // # Telemetry
 //
 // Staging is traced as stagehand.stage spans (strategy, aggregate, events, messages, error recorded). On save

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -65,6 +66,7 @@ type route struct {
 	typed  func(src eventstore.Record, event any) ([]Message, error) // nil for raw routes
 	raw    RawMapFunc
 	goType reflect.Type
+	types  []string // the declared message types (MessageTypes), sorted; nil when undeclared
 }
 
 // NewMapping returns an empty mapping. reg decodes recorded events for typed mappings (it is also how the
@@ -74,8 +76,9 @@ func NewMapping(reg *aggregate.Registry) *Mapping {
 }
 
 // Map registers fn under a stable mapping name for events of Go type E (registered in the mapping's registry).
-// The mapping name is part of every derived message ID: never rename a mapping that has staged messages.
-func Map[E any](m *Mapping, name string, fn MapFunc[E]) error {
+// The mapping name is part of every derived message ID: never rename a mapping that has staged messages. Option
+// MessageTypes declares the message types fn produces, so CheckHandled can compare them with a service's handlers.
+func Map[E any](m *Mapping, name string, fn MapFunc[E], opts ...MapOption) error {
 	goType := reflect.TypeFor[E]()
 	if m.reg == nil {
 		return m.fail(fmt.Errorf("%w: mapping %q: the Mapping has no registry to name %s", ErrInvalidConfig, name,
@@ -89,8 +92,12 @@ func Map[E any](m *Mapping, name string, fn MapFunc[E]) error {
 	if fn == nil {
 		return m.fail(fmt.Errorf("%w: mapping %q has no function", ErrInvalidConfig, name))
 	}
-	return m.add(eventType, &route{name: name, goType: goType, typed: func(src eventstore.Record, e any) (
-		[]Message, error) {
+	types, err := declaredTypes(name, opts)
+	if err != nil {
+		return m.fail(err)
+	}
+	return m.add(eventType, &route{name: name, goType: goType, types: types, typed: func(src eventstore.Record,
+		e any) ([]Message, error) {
 		v, ok := e.(E)
 		if !ok {
 			return nil, fmt.Errorf("mapping %q expects %s, got %T", name, goType, e)
@@ -100,15 +107,19 @@ func Map[E any](m *Mapping, name string, fn MapFunc[E]) error {
 }
 
 // MapRaw registers fn under a stable mapping name for events of the stable type name eventType, without decoding
-// them (for example to forward the payload as it is).
-func (m *Mapping) MapRaw(name, eventType string, fn RawMapFunc) error {
+// them (for example to forward the payload as it is). Options are those of Map.
+func (m *Mapping) MapRaw(name, eventType string, fn RawMapFunc, opts ...MapOption) error {
 	if strings.TrimSpace(eventType) == "" {
 		return m.fail(fmt.Errorf("%w: mapping %q needs an event type", ErrInvalidConfig, name))
 	}
 	if fn == nil {
 		return m.fail(fmt.Errorf("%w: mapping %q has no function", ErrInvalidConfig, name))
 	}
-	return m.add(eventType, &route{name: name, raw: fn})
+	types, err := declaredTypes(name, opts)
+	if err != nil {
+		return m.fail(err)
+	}
+	return m.add(eventType, &route{name: name, raw: fn, types: types})
 }
 
 func (m *Mapping) add(eventType string, r *route) error {
@@ -190,6 +201,12 @@ func (m *Mapping) messages(rec eventstore.Record, event any) ([]outbox.Message, 
 		}
 		for i, msg := range msgs {
 			om, err := toOutbox(rec, r.name, i, msg)
+			if err == nil && r.types != nil {
+				if _, ok := slices.BinarySearch(r.types, om.Type); !ok {
+					err = fmt.Errorf("%w: message type %q is not among the types the mapping declares with "+
+						"MessageTypes %q", ErrInvalidMessage, om.Type, r.types)
+				}
+			}
 			if err != nil {
 				return nil, fmt.Errorf("staging: mapping %q of event %q at version %d of stream %q, message %d: %w",
 					r.name, rec.Type, rec.Version, rec.StreamID, i, err)

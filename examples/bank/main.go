@@ -94,7 +94,7 @@ func run(ctx context.Context, out io.Writer, cfg config) error {
 				return err
 			}
 			return a.Deposit(acct.amount)
-		}); err != nil && !errors.Is(err, eventstore.ErrConcurrencyConflict) {
+		}); err != nil && !errors.Is(err, aggregate.ErrAlreadyExists) { // a rerun finds them created
 			return err
 		}
 		fmt.Fprintf(out, "opened %s for %s with %d\n", acct.id, acct.owner, acct.amount)

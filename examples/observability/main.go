@@ -223,7 +223,7 @@ func run(ctx context.Context, out io.Writer, cfg config) error {
 		if _, err := repo.Create(ctx, id, func(o *Order) error {
 			aggregate.Raise(o, OrderPlaced{Amount: int64(100 + i)})
 			return nil
-		}); err != nil && !errors.Is(err, eventstore.ErrConcurrencyConflict) {
+		}); err != nil && !errors.Is(err, aggregate.ErrAlreadyExists) { // a rerun finds them created
 			return err
 		}
 	}
