@@ -41,6 +41,8 @@ type Library struct {
 	relay   *outbox.Relay
 	inbox   *outbox.Inbox
 	view    *projection.Projection
+
+	memberHandlers, reminderHandlers *outbox.Handlers
 }
 
 // Open wires the service on pool, whose search_path is schema (stagehand's tables and the read model live there):
@@ -84,6 +86,11 @@ func Open(pool *pgxpool.Pool, schema string, broker Broker, logger *slog.Logger)
 		Name: "open_loans", Schema: schema, Logger: logger}); err != nil {
 		return nil, err
 	}
+	// Every message type the mapping stages has a handler here: checked now rather than found as dead letters.
+	l.memberHandlers, l.reminderHandlers = l.newMemberHandlers(), l.newReminderHandlers()
+	if err := staging.CheckHandled(mapping, l.memberHandlers, l.reminderHandlers); err != nil {
+		return nil, err
+	}
 	return l, nil
 }
 
@@ -107,9 +114,10 @@ func (l *Library) Run(ctx context.Context) error {
 		return err
 	}
 	l.relay.AddToRouter(router, l.broker, nil)
-	router.AddConsumerHandler("members", TopicLoans, l.broker, l.inbox.Handler("members", l.memberHandlers()))
+	router.AddConsumerHandler("members", TopicLoans, l.broker,
+		l.inbox.Handler("members", l.memberHandlers.Func()))
 	router.AddConsumerHandler("reminders", TopicReminders, l.broker,
-		l.inbox.Handler("reminders", l.reminderHandlers()))
+		l.inbox.Handler("reminders", l.reminderHandlers.Func()))
 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -136,8 +144,8 @@ func (l *Library) Close() {
 	l.store.Close()
 }
 
-// memberHandlers keep each member's loans: the first loan creates the member.
-func (l *Library) memberHandlers() outbox.HandlerFunc {
+// newMemberHandlers keep each member's loans: the first loan creates the member.
+func (l *Library) newMemberHandlers() *outbox.Handlers {
 	hs := outbox.NewHandlers(nil, false)
 	outbox.Handle(hs, TypeLoanOpened, func(ctx context.Context, tx pgx.Tx, _ *outbox.Publisher,
 		_ *message.Message, m LoanOpenedV1) error {
@@ -150,11 +158,11 @@ func (l *Library) memberHandlers() outbox.HandlerFunc {
 		_, err := l.members.UpdateTx(ctx, tx, m.Member, func(mem *Member) error { return mem.GiveBack(m.Loan) })
 		return err
 	})
-	return hs.Func()
+	return hs
 }
 
-// reminderHandlers write a reminder for a loan that is due and still open.
-func (l *Library) reminderHandlers() outbox.HandlerFunc {
+// newReminderHandlers write a reminder for a loan that is due and still open.
+func (l *Library) newReminderHandlers() *outbox.Handlers {
 	hs := outbox.NewHandlers(nil, false)
 	outbox.Handle(hs, TypeLoanDue, func(ctx context.Context, tx pgx.Tx, _ *outbox.Publisher,
 		_ *message.Message, m LoanDueV1) error {
@@ -165,7 +173,7 @@ func (l *Library) reminderHandlers() outbox.HandlerFunc {
 		_, err = tx.Exec(ctx, `INSERT INTO reminders (loan_id, member_id) VALUES ($1, $2)`, m.Loan, m.Member)
 		return err
 	})
-	return hs.Func()
+	return hs
 }
 
 // openLoansView is the read model: one row per open loan.

@@ -39,7 +39,8 @@ type (
 )
 
 // newMapping derives the messages of each loan event. A LoanOpened stages two: the news now, and a reminder
-// scheduled for the due date (the relay publishes it when it falls due).
+// scheduled for the due date (the relay publishes it when it falls due). Each mapping declares the message types it
+// produces, so Open can check that a handler exists for each.
 func newMapping(reg *aggregate.Registry) (*staging.Mapping, error) {
 	m := staging.NewMapping(reg)
 	err := errors.Join(
@@ -50,11 +51,11 @@ func newMapping(reg *aggregate.Registry) (*staging.Mapping, error) {
 				{Topic: TopicReminders, Type: TypeLoanDue, ScheduledAt: e.Due,
 					Payload: LoanDueV1{Loan: src.StreamID, Member: e.Member}},
 			}, nil
-		}),
+		}, staging.MessageTypes(TypeLoanOpened, TypeLoanDue)),
 		staging.Map(m, "loan-returned", func(src eventstore.Record, e LoanReturned) ([]staging.Message, error) {
 			return []staging.Message{{Topic: TopicLoans, Type: TypeLoanReturned,
 				Payload: LoanReturnedV1{Loan: src.StreamID, Member: e.Member}}}, nil
-		}),
+		}, staging.MessageTypes(TypeLoanReturned)),
 	)
 	return m, err
 }
