@@ -271,6 +271,9 @@ func RequestRebuildFrom(ctx context.Context, db DB, schema, name string, after i
 	if after < 0 {
 		return fmt.Errorf("projection: rebuild %q from position %d: must not be negative", name, after)
 	}
+	if err := checkArgs(schema, name); err != nil {
+		return err
+	}
 	if err := eventstore.CheckLogFrom(ctx, db, schema, after); err != nil {
 		return fmt.Errorf("projection: rebuild %q: %w", name, err)
 	}

@@ -21,6 +21,7 @@ import (
 
 	"github.com/stagehand-es/stagehand"
 	"github.com/stagehand-es/stagehand/eventstore"
+	"github.com/stagehand-es/stagehand/internal/names"
 	"github.com/stagehand-es/stagehand/outbox"
 )
 
@@ -221,6 +222,9 @@ func (a *app) connect(ctx context.Context) (*pgxpool.Pool, error) {
 	}
 	if strings.TrimSpace(a.schema) == "" {
 		return nil, usageErrorf("--schema must not be empty")
+	}
+	if reason := names.Schema(a.schema); reason != "" { // refused by every constructor: a usage error, not a runtime one
+		return nil, usageErrorf("--schema %s", reason)
 	}
 	url := a.databaseURL
 	if url == "" {

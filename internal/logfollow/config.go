@@ -268,3 +268,23 @@ func (f *Follower) errorf(format string, args ...any) error {
 func (c *Config) retryDelay(attempts int) time.Duration {
 	return backoff.Exponential(c.RetryDelay, c.MaxRetryDelay, attempts-1)
 }
+
+// CheckSchema checks the schema argument of an exported function of package pkg that reads or writes followers'
+// tables (status, parked lists, rebuild and replay requests) by the rule every constructor applies to a Schema: a
+// schema refused there is refused here with the same *ConfigError (Field "schema"), not a PostgreSQL error about a
+// cut name.
+func CheckSchema(pkg, schema string) error {
+	if reason := names.Schema(schema); reason != "" {
+		return &ConfigError{Package: pkg, Field: "schema", Reason: reason}
+	}
+	return nil
+}
+
+// CheckName checks a follower name argument (field names it) of an exported function of package pkg: it must be
+// storable text, as a configured name is; "" is accepted (it means every follower where the function allows it).
+func CheckName(pkg, field, name string) error {
+	if reason := names.Text(name); reason != "" {
+		return &ConfigError{Package: pkg, Field: field, Reason: reason}
+	}
+	return nil
+}
