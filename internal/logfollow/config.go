@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"time"
 
@@ -36,7 +37,8 @@ type Config struct {
 	// Schema holding the checkpoints and leases tables (created by stagehand.Migrate). Default "stagehand".
 	Schema string
 
-	// EventTypes, StreamTypes and Tenants filter the log (eventstore.LogQuery); empty means all.
+	// EventTypes, StreamTypes and Tenants filter the log (eventstore.LogQuery); empty means all. A blank tenant is
+	// NoTenant.
 	EventTypes, StreamTypes, Tenants []string
 	// Select, when set, keeps only the records it returns true for (partitioning by stream hash). Positions of
 	// records it drops are still passed. Default: keep all.
@@ -157,6 +159,7 @@ func (c *Config) withDefaults() (Config, error) {
 			return cfg, &ConfigError{Field: "Tenants", Reason: err.Error()}
 		}
 	}
+	cfg.Tenants = NormalizeTenants(cfg.Tenants)
 	if cfg.Kind == "" {
 		cfg.Kind = "follower"
 	}
@@ -221,6 +224,22 @@ func (c *Config) withDefaults() (Config, error) {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	return cfg, nil
+}
+
+// NormalizeTenants returns a tenant filter with each blank tenant ("" or whitespace) read as stagehand.NoTenant, as
+// every tenant input is; a filter with none is returned as it is, and the caller's slice is never changed.
+func NormalizeTenants(tenants []string) []string {
+	for i, t := range tenants {
+		if n := stagehand.NormalizeTenant(t); n != t {
+			out := slices.Clone(tenants)
+			out[i] = n
+			for j := i + 1; j < len(out); j++ {
+				out[j] = stagehand.NormalizeTenant(out[j])
+			}
+			return out
+		}
+	}
+	return tenants
 }
 
 // filterText renders the log filter for operators.
