@@ -2,6 +2,7 @@ package projection_test
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -57,4 +58,19 @@ func TestTopicBlankTenantIsNoTenant(t *testing.T) {
 	f, err := projection.ParseTopic("tenants:%20,acme")
 	require.NoError(t, err)
 	require.Equal(t, []string{stagehand.NoTenant, "acme"}, f.Tenants)
+}
+
+// PartitionOf reads a blank tenant as NoTenant, the tenant the stream's events carry, and never divides by a
+// partition count below one.
+func TestPartitionOfBlankTenantAndSmallCounts(t *testing.T) {
+	t.Parallel()
+	for i := range 50 {
+		id := fmt.Sprintf("s-%d", i)
+		want := projection.PartitionOf(stagehand.NoTenant, id, 7)
+		require.Equal(t, want, projection.PartitionOf("", id, 7), id)
+		require.Equal(t, want, projection.PartitionOf("  ", id, 7), id)
+	}
+	for _, n := range []int{1, 0, -3} {
+		require.Zero(t, projection.PartitionOf("acme", "s", n))
+	}
 }
