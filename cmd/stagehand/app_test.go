@@ -108,6 +108,15 @@ func TestInvalidSchemaIsAUsageError(t *testing.T) {
 	}
 }
 
+// A projection or worker name the library refuses (not storable text) is a usage error too, as every constructor
+// and function refuses it with stagehand.ErrInvalidConfig.
+func TestInvalidNameIsAUsageError(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	r := invoke(context.Background(), options{}, e.args("projection", "parked", "list", "bad\tname")...)
+	requireFailure(t, r, exitUsage, "control character")
+}
+
 // Every command answers --help with exit 0, and every command that does something shows an example.
 func TestHelpOnEveryCommand(t *testing.T) {
 	t.Parallel()
