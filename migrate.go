@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/stagehand-es/stagehand/internal/migrate"
+	"github.com/stagehand-es/stagehand/internal/names"
 )
 
 // DefaultSchema is the PostgreSQL schema every stagehand table lives in unless configured otherwise.
@@ -32,6 +33,9 @@ type MigrationStatus = migrate.Status
 // Migrate applies every pending migration of every stagehand package (event store, outbox, inbox, projections,
 // staging, leases) to the schema and returns the versions it applied.
 //
+// A schema that is blank, longer than 63 bytes, not UTF-8 or holds a NUL byte is refused with a *ConfigError
+// (Field "Schema") matching ErrInvalidConfig, as every constructor refuses it.
+//
 // It is explicit (no constructor creates tables), idempotent, and safe to run concurrently from several processes:
 // it holds a transaction-scoped advisory lock keyed on the schema and applies everything in one transaction.
 func Migrate(ctx context.Context, db Beginner, cfg *MigrateConfig) ([]int, error) {
@@ -41,6 +45,9 @@ func Migrate(ctx context.Context, db Beginner, cfg *MigrateConfig) ([]int, error
 		if cfg.Schema != "" {
 			schema = cfg.Schema
 		}
+	}
+	if reason := names.Schema(schema); reason != "" {
+		return nil, &ConfigError{Field: "Schema", Reason: reason}
 	}
 	done, err := migrate.Up(ctx, db, schema, logger)
 	if err != nil {
@@ -53,8 +60,12 @@ func Migrate(ctx context.Context, db Beginner, cfg *MigrateConfig) ([]int, error
 	return versions, nil
 }
 
-// Migrations lists every known migration and when it was applied to the schema (zero time when pending).
+// Migrations lists every known migration and when it was applied to the schema (zero time when pending). A schema
+// Migrate would refuse is refused alike (a *ConfigError, Field "schema").
 func Migrations(ctx context.Context, db Beginner, schema string) ([]MigrationStatus, error) {
+	if reason := names.Schema(schema); reason != "" {
+		return nil, &ConfigError{Field: "schema", Reason: reason}
+	}
 	return migrate.List(ctx, db, schema)
 }
 

@@ -45,7 +45,7 @@ func TestConfiguredIdentifiersAreValidated(t *testing.T) {
 		require.ErrorIs(t, err, projection.ErrInvalidConfig)
 		require.ErrorContains(t, err, "ConsumerGroup")
 		_, err = stagehand.Migrate(ctx, pool, &stagehand.MigrateConfig{Schema: bad})
-		require.Error(t, err)
+		require.ErrorIs(t, err, stagehand.ErrInvalidConfig)
 		require.ErrorContains(t, err, "Schema")
 	}
 	// 63 bytes of multibyte characters is a valid name.
@@ -64,4 +64,93 @@ func TestConfiguredIdentifiersAreValidated(t *testing.T) {
 	_, err = staging.NewDeferredStager(store, ob, m, &staging.WorkerConfig{Name: long})
 	require.ErrorIs(t, err, staging.ErrInvalidConfig)
 	require.ErrorContains(t, err, "Name")
+}
+
+// Every exported entry point that takes a schema (or a follower's name) refuses the values the constructors refuse
+// with the same error: a *stagehand.ConfigError naming the argument, matching ErrInvalidConfig, never a PostgreSQL
+// error about a name it cut or a NUL byte it cannot hold.
+func TestEveryEntryPointRefusesAnInvalidSchemaAlike(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.Pool(t)
+	_, good := pgtest.Migrated(t)
+	store := eventstore.NewMemory(nil)
+	long := strings.Repeat("s", 64)
+	type call struct {
+		name string
+		run  func(schema string) error
+	}
+	schemaCalls := []call{
+		{"stagehand.Migrate", func(s string) error {
+			_, err := stagehand.Migrate(ctx, pool, &stagehand.MigrateConfig{Schema: s})
+			return err
+		}},
+		{"stagehand.Migrations", func(s string) error { _, err := stagehand.Migrations(ctx, pool, s); return err }},
+		{"eventstore.NewPostgres", func(s string) error {
+			_, err := eventstore.NewPostgres(pool, &eventstore.PostgresConfig{Schema: s})
+			return err
+		}},
+		{"eventstore.CheckLogFrom", func(s string) error { return eventstore.CheckLogFrom(ctx, pool, s, 0) }},
+		{"outbox.New", func(s string) error { _, err := outbox.New(pool, &outbox.Config{Schema: s}); return err }},
+		{"projection.ListStatus", func(s string) error {
+			_, err := projection.ListStatus(ctx, pool, store, s)
+			return err
+		}},
+		{"projection.RequestRebuild", func(s string) error { return projection.RequestRebuild(ctx, pool, s, "p") }},
+		{"projection.ListParked", func(s string) error { _, err := projection.ListParked(ctx, pool, s, ""); return err }},
+		{"projection.ListParkedPage", func(s string) error {
+			_, err := projection.ListParkedPage(ctx, pool, s, projection.ParkedQuery{})
+			return err
+		}},
+		{"projection.DiscardParked", func(s string) error { return projection.DiscardParked(ctx, pool, s, 1) }},
+		{"projection.RequestReplay", func(s string) error {
+			_, err := projection.RequestReplay(ctx, pool, s, "p")
+			return err
+		}},
+		{"staging.ListWorkerStatus", func(s string) error {
+			_, err := staging.ListWorkerStatus(ctx, pool, store, s)
+			return err
+		}},
+		{"staging.ListParkedWork", func(s string) error { _, err := staging.ListParkedWork(ctx, pool, s, ""); return err }},
+		{"staging.ListParkedWorkPage", func(s string) error {
+			_, err := staging.ListParkedWorkPage(ctx, pool, s, staging.ParkedWorkQuery{})
+			return err
+		}},
+		{"staging.DiscardParkedWork", func(s string) error { return staging.DiscardParkedWork(ctx, pool, s, 1) }},
+		{"staging.RequestReplayWork", func(s string) error {
+			_, err := staging.RequestReplayWork(ctx, pool, s, "stager:w")
+			return err
+		}},
+	}
+	for _, c := range schemaCalls {
+		for _, bad := range []string{long, strings.Repeat("€", 22), "a\x00b", " "} {
+			err := c.run(bad)
+			var ce *stagehand.ConfigError
+			require.ErrorIs(t, err, stagehand.ErrInvalidConfig, "%s(%q)", c.name, bad)
+			require.ErrorAs(t, err, &ce, "%s(%q)", c.name, bad)
+			require.Equal(t, "schema", strings.ToLower(ce.Field), "%s(%q): %v", c.name, bad, err)
+		}
+		// A valid, migrated schema is not refused as a configuration error (whatever else the call says).
+		require.NotErrorIs(t, c.run(good), stagehand.ErrInvalidConfig, c.name)
+	}
+
+	nameCalls := []call{
+		{"projection.RequestRebuild", func(n string) error { return projection.RequestRebuild(ctx, pool, good, n) }},
+		{"projection.ListParked", func(n string) error { _, err := projection.ListParked(ctx, pool, good, n); return err }},
+		{"projection.RequestReplay", func(n string) error {
+			_, err := projection.RequestReplay(ctx, pool, good, n)
+			return err
+		}},
+		{"staging.ListParkedWork", func(n string) error { _, err := staging.ListParkedWork(ctx, pool, good, n); return err }},
+		{"staging.RequestReplayWork", func(n string) error {
+			_, err := staging.RequestReplayWork(ctx, pool, good, n)
+			return err
+		}},
+	}
+	for _, c := range nameCalls {
+		for _, bad := range []string{"a\x00b", "bad\xff", "tab\tname"} {
+			err := c.run(bad)
+			require.ErrorIs(t, err, stagehand.ErrInvalidConfig, "%s(%q)", c.name, bad)
+		}
+	}
 }

@@ -3,6 +3,7 @@ package eventstore_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -108,4 +109,49 @@ func TestAppendOfBadPayloadIsTyped(t *testing.T) {
 	}
 	_, err := s.ReadStream(ctx, "", "p", 1)
 	require.ErrorIs(t, err, eventstore.ErrStreamNotFound)
+}
+
+// Stored metadata is read by one rule whatever its length: a JSON object is metadata, JSON null or {} is none, and
+// anything else (a two-byte 42 or [] as much as 420 or ["x", 1]) is a *RecordError, from ReadLog and ReadStream
+// alike.
+func TestMetadataReadingRuleHoldsForEveryLength(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	cases := []struct {
+		stored string
+		want   eventstore.Metadata // nil: no metadata
+		bad    bool
+	}{
+		{stored: `{}`}, {stored: `null`},
+		{stored: `{"a": "b"}`, want: eventstore.Metadata{"a": "b"}},
+		{stored: `{"n": 1}`, want: eventstore.Metadata{"n": "1"}},
+		{stored: `42`, bad: true}, {stored: `[]`, bad: true}, {stored: `""`, bad: true}, {stored: `1`, bad: true},
+		{stored: `420`, bad: true}, {stored: `["x", 1]`, bad: true}, {stored: `"s"`, bad: true},
+		{stored: `true`, bad: true},
+	}
+	s := newPostgres(t)
+	for i, tc := range cases {
+		stream := fmt.Sprintf("s%d", i)
+		appendN(t, s, stream, 1)
+		setMetadata(t, s, stream, 1, tc.stored)
+	}
+	for i, tc := range cases {
+		stream := fmt.Sprintf("s%d", i)
+		page, logErr := s.ReadLog(ctx, eventstore.LogQuery{After: int64(i), Limit: 1})
+		recs, streamErr := s.ReadStream(ctx, "", stream, 1)
+		if tc.bad {
+			var re *eventstore.RecordError
+			require.True(t, errors.As(logErr, &re), "ReadLog of metadata %s: %v", tc.stored, logErr)
+			require.Equal(t, stream, re.Record.StreamID)
+			require.True(t, errors.As(streamErr, &re), "ReadStream of metadata %s: %v", tc.stored, streamErr)
+			require.ErrorIs(t, streamErr, eventstore.ErrCorruptRecord)
+			continue
+		}
+		require.NoError(t, logErr, tc.stored)
+		require.NoError(t, streamErr, tc.stored)
+		require.Len(t, page.Records, 1)
+		require.Equal(t, stream, page.Records[0].StreamID)
+		require.Equal(t, tc.want, page.Records[0].Metadata, tc.stored)
+		require.Equal(t, tc.want, recs[0].Metadata, tc.stored)
+	}
 }

@@ -145,7 +145,7 @@ func (m *MemoryStore) ReadStream(ctx context.Context, tenant, streamID string, f
 
 // ReadLog implements Store. Positions are assigned at commit under a lock, so the in-memory log has no gaps.
 func (m *MemoryStore) ReadLog(ctx context.Context, q LogQuery) (LogPage, error) {
-	if err := checkQuery(q); err != nil {
+	if err := checkQuery(&q); err != nil {
 		return LogPage{}, err
 	}
 	if err := ctx.Err(); err != nil {

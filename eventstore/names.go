@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/jackc/pgx/v5/pgconn"
 
@@ -65,12 +66,23 @@ func checkName(field, v string, limit int) error {
 }
 
 // checkQuery checks a log query's tenant filter, so a tenant that could never have been stored fails with a
-// typed error instead of reaching PostgreSQL.
-func checkQuery(q LogQuery) error {
-	for _, t := range q.Tenants {
+// typed error instead of reaching PostgreSQL, and normalises it as every tenant input is: a blank tenant is
+// NoTenant (the caller's slice is left as it was).
+func checkQuery(q *LogQuery) error {
+	var norm []string
+	for i, t := range q.Tenants {
 		if err := stagehand.ValidateTenant(t); err != nil {
 			return fmt.Errorf("eventstore: read log: tenant filter: %w", err)
 		}
+		if n := stagehand.NormalizeTenant(t); n != t {
+			if norm == nil {
+				norm = slices.Clone(q.Tenants)
+			}
+			norm[i] = n
+		}
+	}
+	if norm != nil {
+		q.Tenants = norm
 	}
 	return nil
 }

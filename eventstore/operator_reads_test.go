@@ -80,4 +80,14 @@ func TestRecordedAtAndCountLog(t *testing.T) {
 	require.EqualValues(t, 1, n, "through bounds the range")
 	_, err = s.CountLog(ctx, eventstore.LogQuery{Tenants: []string{"bad\x00"}}, head)
 	require.ErrorIs(t, err, stagehand.ErrInvalidTenant)
+
+	// A blank tenant is NoTenant, as in an append.
+	appendTenant(t, s, "", "acc-0", 2)
+	head, err = s.HeadPosition(ctx)
+	require.NoError(t, err)
+	for _, blank := range []string{"", "  "} {
+		n, err = s.CountLog(ctx, eventstore.LogQuery{Tenants: []string{blank}}, head)
+		require.NoError(t, err)
+		require.EqualValues(t, 2, n, "tenant %q", blank)
+	}
 }

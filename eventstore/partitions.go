@@ -965,6 +965,9 @@ func archivedRange(ctx context.Context, db interface {
 func CheckLogFrom(ctx context.Context, db interface {
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }, schema string, after int64) error {
+	if reason := names.Schema(schema); reason != "" {
+		return &ConfigError{Package: "eventstore", Field: "schema", Reason: reason}
+	}
 	from, to, err := archivedRange(ctx, db, pgx.Identifier{schema, "event_archives"}.Sanitize())
 	if err != nil {
 		return err

@@ -576,17 +576,16 @@ func failedVersionCheck(err error) bool {
 		(pgErr.TableName == "events" || isPartitionName(pgErr.TableName))
 }
 
-// finishRecord normalises times to UTC and decodes the metadata column tolerantly: values that are not strings are
-// read as their JSON text. Metadata that is not a JSON object returns a *RecordError.
+// finishRecord normalises times to UTC and decodes the metadata column by jsonmeta's one reading rule: values that
+// are not strings are read as their JSON text, and metadata that is not a JSON object (42, [], "s", true, every
+// length alike) returns a *RecordError.
 func finishRecord(r *Record, meta []byte) error {
 	r.OccurredAt, r.RecordedAt = r.OccurredAt.UTC(), r.RecordedAt.UTC()
-	if len(meta) > 2 { // "{}" carries nothing
-		m, err := jsonmeta.Decode(meta)
-		if err != nil {
-			return &RecordError{Record: *r, Err: err}
-		}
-		r.Metadata = m
+	m, err := jsonmeta.Decode(meta) // "{}", null and an empty column are no metadata
+	if err != nil {
+		return &RecordError{Record: *r, Err: err}
 	}
+	r.Metadata = m
 	return nil
 }
 

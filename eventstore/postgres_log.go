@@ -11,7 +11,7 @@ import (
 
 // ReadLog implements Store with lock-aware gap detection (see PostgresStore).
 func (s *PostgresStore) ReadLog(ctx context.Context, q LogQuery) (LogPage, error) {
-	if err := checkQuery(q); err != nil {
+	if err := checkQuery(&q); err != nil {
 		return LogPage{}, err
 	}
 	if err := s.checkPrimary(ctx); err != nil {

@@ -183,7 +183,7 @@ func (s *PostgresStore) RecordedAt(ctx context.Context, positions []int64) (map[
 // appends: near the head, an event that commits later with a lower position is not counted. It is meant for rates
 // and progress figures, never for following the log.
 func (s *PostgresStore) CountLog(ctx context.Context, q LogQuery, through int64) (int64, error) {
-	if err := checkQuery(q); err != nil {
+	if err := checkQuery(&q); err != nil {
 		return 0, err
 	}
 	var n int64

@@ -106,7 +106,8 @@ type LogQuery struct {
 	EventTypes []string
 	// StreamTypes, when not empty, keeps only events of streams of these types.
 	StreamTypes []string
-	// Tenants, when not empty, keeps only events of these tenants.
+	// Tenants, when not empty, keeps only events of these tenants. A blank tenant ("" or whitespace) is
+	// stagehand.NoTenant, as everywhere a tenant is taken.
 	Tenants []string
 }
 

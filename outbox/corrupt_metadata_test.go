@@ -2,6 +2,7 @@ package outbox_test
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"testing"
 
@@ -71,4 +72,38 @@ func TestRelayDeliversRowsWithForeignMetadata(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, dls, 1)
 	require.Equal(t, "2.5", dls[0].Metadata["n"])
+}
+
+// The relay reads stored metadata by the same rule as the event store, whatever its length: an object is metadata,
+// null or {} is none, and anything else (42 and [] as much as 420 and ["x", 1]) is delivered under the
+// "stagehand-invalid-metadata" header, as the dead letter lists it.
+func TestRelayReadsMetadataByOneRuleForEveryLength(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	e := setup(t)
+	cases := map[string]string{ // stored metadata → the invalid-metadata header ("" for none)
+		`{}`: "", `null`: "", `{"a": "b"}`: "",
+		`42`: "42", `[]`: "[]", `""`: `""`, `1`: "1", `420`: "420", `["x", 1]`: `["x", 1]`, `"s"`: `"s"`,
+		`true`: "true",
+	}
+	ids := map[string]string{}
+	for stored := range cases {
+		id := fmt.Sprintf("m%d", len(ids))
+		ids[id] = stored
+		_, err := e.ob.Stage(ctx, outbox.Message{ID: id, Topic: "t", Payload: []byte("x")})
+		require.NoError(t, err)
+		_, err = e.pool.Exec(ctx, `UPDATE `+pgtest.Q(e.schema, "outbox")+` SET metadata = $2::jsonb
+			WHERE message_id = $1`, id, stored)
+		require.NoError(t, err)
+	}
+	c := &metaCapture{meta: map[string]message.Metadata{}}
+	res, err := e.relay(nil).Drain(ctx, c)
+	require.NoError(t, err)
+	require.Equal(t, len(cases), res.Published)
+	for id, stored := range ids {
+		require.Equal(t, cases[stored], c.meta[id].Get("stagehand-invalid-metadata"), "metadata %s", stored)
+		if stored == `{"a": "b"}` {
+			require.Equal(t, "b", c.meta[id].Get("a"))
+		}
+	}
 }

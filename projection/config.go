@@ -47,7 +47,8 @@ type Config struct {
 	Schema string
 
 	// EventTypes, StreamTypes and Tenants filter the log: the handler sees only matching events. Empty means
-	// all. Filter to what the projection reads: with a Registry, every event it sees must decode.
+	// all. A blank tenant in Tenants ("" or whitespace) is stagehand.NoTenant: the events written without one.
+	// Filter to what the projection reads: with a Registry, every event it sees must decode.
 	EventTypes, StreamTypes, Tenants []string
 	// Registry decodes each event into its current Go type (Event.Data), upcasting older versions. An event that
 	// cannot be decoded fails at once (it is not retried) and is parked or stops the projection. Default: the

@@ -41,6 +41,15 @@ func parked(schema string) logfollow.Parked {
 	return logfollow.NewParked(schema, "projection_parked", "projection", true, ErrParkedNotFound, "projection")
 }
 
+// checkArgs refuses the schema and projection name arguments of an exported function as the constructor refuses
+// them (a *ConfigError matching ErrInvalidConfig).
+func checkArgs(schema, name string) error {
+	if err := logfollow.CheckSchema("projection", schema); err != nil {
+		return err
+	}
+	return logfollow.CheckName("projection", "name", name)
+}
+
 func parkedEvents(evs []logfollow.ParkedEvent) []ParkedEvent {
 	if evs == nil {
 		return nil
@@ -69,6 +78,9 @@ func (p *Projection) park(ctx context.Context, tx pgx.Tx, checkpoint string, fai
 // ListParked returns the parked events of the projection name in schema ("" for every projection), oldest
 // position first.
 func ListParked(ctx context.Context, db DB, schema, name string) ([]ParkedEvent, error) {
+	if err := checkArgs(schema, name); err != nil {
+		return nil, err
+	}
 	evs, err := parked(schema).List(ctx, db, name)
 	return parkedEvents(evs), err
 }
@@ -93,6 +105,9 @@ type ParkedQuery struct {
 // ListParkedPage returns a page of the parked events in schema that q selects, in ID order (the earliest parked
 // first), reading the parked table by its primary key: a long list is read a page at a time.
 func ListParkedPage(ctx context.Context, db DB, schema string, q ParkedQuery) ([]ParkedEvent, error) {
+	if err := checkArgs(schema, q.Projection); err != nil {
+		return nil, err
+	}
 	for _, t := range q.Tenants {
 		if err := stagehand.ValidateTenant(t); err != nil {
 			return nil, fmt.Errorf("projection: list parked events: %w", err)
@@ -106,6 +121,9 @@ func ListParkedPage(ctx context.Context, db DB, schema string, q ParkedQuery) ([
 // DiscardParked deletes a parked event without applying it (an operator's decision: it is then skipped for
 // good, and only by this explicit call). It returns ErrParkedNotFound when no such parked event exists.
 func DiscardParked(ctx context.Context, db DB, schema string, id int64) error {
+	if err := checkArgs(schema, ""); err != nil {
+		return err
+	}
 	return parked(schema).Discard(ctx, db, id)
 }
 
@@ -130,6 +148,9 @@ func (p *Projection) ReplayParked(ctx context.Context, id int64) error {
 // every PollInterval with ReplayParked: each is applied exactly once and leaves the parked table, or stays with
 // its new error and the request cleared. It returns how many events were marked.
 func RequestReplay(ctx context.Context, db DB, schema, name string, ids ...int64) (int64, error) {
+	if err := checkArgs(schema, name); err != nil {
+		return 0, err
+	}
 	return parked(schema).RequestReplay(ctx, db, name, ids...)
 }
 

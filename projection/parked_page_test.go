@@ -56,4 +56,16 @@ func TestListParkedPage(t *testing.T) {
 	require.Empty(t, none)
 	_, err = projection.ListParkedPage(ctx, pool, schema, projection.ParkedQuery{Tenants: []string{"a\x00"}})
 	require.ErrorIs(t, err, stagehand.ErrInvalidTenant)
+
+	// A blank tenant is NoTenant, as everywhere a tenant is taken.
+	pgtest.Exec(t, pool, `INSERT INTO `+pgtest.Q(schema, "projection_parked")+` (projection, checkpoint, position,
+			tenant_id, stream_id, stream_type, version, event_id, event_type, attempts, last_error)
+		VALUES ('balances', 'balances', 10, $1, 's', 'account', 1, gen_random_uuid(), 'opened', 5, 'boom')`,
+		stagehand.NoTenant)
+	for _, blank := range []string{"", " "} {
+		page, err := projection.ListParkedPage(ctx, pool, schema, projection.ParkedQuery{Tenants: []string{blank}})
+		require.NoError(t, err)
+		require.Len(t, page, 1, "tenant %q", blank)
+		require.Equal(t, int64(10), page[0].Position)
+	}
 }

@@ -176,10 +176,14 @@ func checkpointName(name string, i, n int) string {
 }
 
 // PartitionOf returns the partition (0..n-1) of a stream in a projection with n partitions: FNV-1a of the
-// tenant and the stream ID. It is stable across processes and releases.
+// tenant and the stream ID. It is stable across processes and releases. A blank tenant is stagehand.NoTenant, the
+// tenant such a stream's events carry; n below 2 means one partition (0).
 func PartitionOf(tenant, streamID string, n int) int {
+	if n < 2 {
+		return 0
+	}
 	h := fnv.New32a()
-	_, _ = h.Write([]byte(tenant))
+	_, _ = h.Write([]byte(stagehand.NormalizeTenant(tenant)))
 	_, _ = h.Write([]byte{0})
 	_, _ = h.Write([]byte(streamID))
 	return int(h.Sum32() % uint32(n))
@@ -270,6 +274,9 @@ func RequestRebuild(ctx context.Context, db DB, schema, name string) error {
 func RequestRebuildFrom(ctx context.Context, db DB, schema, name string, after int64) error {
 	if after < 0 {
 		return fmt.Errorf("projection: rebuild %q from position %d: must not be negative", name, after)
+	}
+	if err := checkArgs(schema, name); err != nil {
+		return err
 	}
 	if err := eventstore.CheckLogFrom(ctx, db, schema, after); err != nil {
 		return fmt.Errorf("projection: rebuild %q: %w", name, err)

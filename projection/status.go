@@ -65,6 +65,9 @@ type Status struct {
 // the database, not in-process state, so a CLI or a health check sees projections run by any process. Head, Lag
 // and TimeLag are measured against store; with a nil store they are left zero.
 func ListStatus(ctx context.Context, db DB, store eventstore.Store, schema string) ([]Status, error) {
+	if err := logfollow.CheckSchema("projection", schema); err != nil {
+		return nil, err
+	}
 	return listStatus(ctx, db, store, schema, "", time.Now)
 }
 

@@ -39,13 +39,13 @@ type Filter struct {
 // Topic renders f as a Subscriber topic: "*" for everything, else "events:A,B;streams:S;tenants:T" with only
 // the non-empty parts. Each value is escaped, so any tenant or type name round-trips through ParseTopic as exactly
 // that one value: '%', ',', ';' and whitespace are written as %XX (a tenant "evil,B" is "evil%2CB", never the two
-// tenants "evil" and "B").
+// tenants "evil" and "B"). A blank tenant is stagehand.NoTenant, written as such.
 func Topic(f Filter) string {
 	var parts []string
 	for _, p := range []struct {
 		key  string
 		vals []string
-	}{{"events", f.EventTypes}, {"streams", f.StreamTypes}, {"tenants", f.Tenants}} {
+	}{{"events", f.EventTypes}, {"streams", f.StreamTypes}, {"tenants", logfollow.NormalizeTenants(f.Tenants)}} {
 		if len(p.vals) > 0 {
 			esc := make([]string, len(p.vals))
 			for i, v := range p.vals {
@@ -97,7 +97,7 @@ func ParseTopic(topic string) (Filter, error) {
 					return Filter{}, fmt.Errorf("%w: topic %q: %w", ErrInvalidConfig, names.Cut(topic, 128), err)
 				}
 			}
-			f.Tenants = append(f.Tenants, list...)
+			f.Tenants = append(f.Tenants, logfollow.NormalizeTenants(list)...)
 		default:
 			return Filter{}, fmt.Errorf("%w: topic %q: unknown key %q (want events, streams or tenants)",
 				ErrInvalidConfig, topic, key)

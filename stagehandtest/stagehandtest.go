@@ -5,8 +5,10 @@ import (
 	"os"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/stagehand-es/stagehand"
 	"github.com/stagehand-es/stagehand/internal/pgtest"
 )
 
@@ -46,9 +48,37 @@ func SchemaName(tb testing.TB) string {
 
 // Migrated returns a pool and a fresh schema with every stagehand migration applied (stagehand.Migrate), dropped
 // when the test ends: a clean database per test, on a cluster shared by the test binary.
+//
+// The pool's connections have search_path set to the schema, then public (see SchemaPool): the test's own
+// unqualified tables (a read model's CREATE TABLE loans_view) are created in the test's schema and dropped with
+// it, so tests never share them through public.
 func Migrated(tb testing.TB) (*pgxpool.Pool, string) {
 	tb.Helper()
-	return pgtest.Migrated(tb)
+	schema := SchemaName(tb)
+	pool := SchemaPool(tb, schema)
+	if _, err := stagehand.Migrate(context.Background(), pool, &stagehand.MigrateConfig{Schema: schema}); err != nil {
+		tb.Fatalf("stagehandtest: migrate %s: %v", schema, err)
+	}
+	return pool, schema
+}
+
+// SchemaPool opens a pool on URL's server whose connections have search_path set to schema, then public, closed
+// when the test ends: unqualified names resolve to, and unqualified CREATE TABLE creates in, schema. It does not
+// create the schema (Migrated and stagehand.Migrate do).
+func SchemaPool(tb testing.TB, schema string) *pgxpool.Pool {
+	tb.Helper()
+	cfg, err := pgxpool.ParseConfig(URL(tb))
+	if err != nil {
+		tb.Fatalf("stagehandtest: parse the server URL: %v", err)
+	}
+	cfg.MaxConns = 32
+	cfg.ConnConfig.RuntimeParams["search_path"] = pgx.Identifier{schema}.Sanitize() + ", public"
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		tb.Fatalf("stagehandtest: connect: %v", err)
+	}
+	tb.Cleanup(pool.Close)
+	return pool
 }
 
 // CheckLeaks fails the test if goroutines started during it are still running when it ends (the test's own pools

@@ -81,6 +81,9 @@ type WorkerStatus struct {
 // worker), for monitoring processes, health checks and the CLI. store measures lag; nil leaves it zero.
 func ListWorkerStatus(ctx context.Context, db DB, store eventstore.Store, schema string) (
 	[]WorkerStatus, error) {
+	if err := checkArgs(schema, ""); err != nil {
+		return nil, err
+	}
 	var out []WorkerStatus
 	parkedBy, err := parked(schema).Counts(ctx, db, false)
 	if err != nil {
@@ -127,6 +130,15 @@ type ParkedWork struct {
 	ReplayRequested bool
 }
 
+// checkArgs refuses the schema and worker name arguments of an exported function as the constructors refuse them
+// (a *ConfigError matching ErrInvalidConfig).
+func checkArgs(schema, worker string) error {
+	if err := logfollow.CheckSchema("staging", schema); err != nil {
+		return err
+	}
+	return logfollow.CheckName("staging", "worker", worker)
+}
+
 // parked is the staging workers' parked-event table.
 func parked(schema string) logfollow.Parked {
 	return logfollow.NewParked(schema, "staging_parked", "worker", false, ErrParkedNotFound, "staging")
@@ -135,6 +147,9 @@ func parked(schema string) logfollow.Parked {
 // ListParkedWork returns the parked events of worker ("stager:NAME" or "reconciler:NAME"; "" for every worker) in
 // schema, oldest position first.
 func ListParkedWork(ctx context.Context, db DB, schema, worker string) ([]ParkedWork, error) {
+	if err := checkArgs(schema, worker); err != nil {
+		return nil, err
+	}
 	evs, err := parked(schema).List(ctx, db, worker)
 	return parkedWork(evs), err
 }
@@ -173,6 +188,9 @@ type ParkedWorkQuery struct {
 // ListParkedWorkPage returns a page of the parked events in schema that q selects, in ID order (the earliest
 // parked first), reading the parked table by its primary key: a long list is read a page at a time.
 func ListParkedWorkPage(ctx context.Context, db DB, schema string, q ParkedWorkQuery) ([]ParkedWork, error) {
+	if err := checkArgs(schema, q.Worker); err != nil {
+		return nil, err
+	}
 	for _, t := range q.Tenants {
 		if err := stagehand.ValidateTenant(t); err != nil {
 			return nil, fmt.Errorf("staging: list parked events: %w", err)
@@ -186,6 +204,9 @@ func ListParkedWorkPage(ctx context.Context, db DB, schema string, q ParkedWorkQ
 // DiscardParkedWork deletes a parked event without staging it (an operator's decision). It returns
 // ErrParkedNotFound when no such parked event exists.
 func DiscardParkedWork(ctx context.Context, db DB, schema string, id int64) error {
+	if err := checkArgs(schema, ""); err != nil {
+		return err
+	}
 	return parked(schema).Discard(ctx, db, id)
 }
 
@@ -194,6 +215,9 @@ func DiscardParkedWork(ctx context.Context, db DB, schema string, id int64) erro
 // staged once and leaves the list, or stays with its new error and the request cleared. It returns how many
 // events were marked.
 func RequestReplayWork(ctx context.Context, db DB, schema, worker string, ids ...int64) (int64, error) {
+	if err := checkArgs(schema, worker); err != nil {
+		return 0, err
+	}
 	return parked(schema).RequestReplay(ctx, db, worker, ids...)
 }
 

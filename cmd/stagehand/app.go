@@ -21,6 +21,7 @@ import (
 
 	"github.com/stagehand-es/stagehand"
 	"github.com/stagehand-es/stagehand/eventstore"
+	"github.com/stagehand-es/stagehand/internal/names"
 	"github.com/stagehand-es/stagehand/outbox"
 )
 
@@ -133,13 +134,14 @@ func (e *runtimeError) Error() string { return e.err.Error() }
 func (e *runtimeError) Unwrap() error { return e.err }
 
 // markRuntimeErrors wraps the RunE of c and of every command below it, so that what a command returns counts as a
-// runtime failure unless it is a usageError.
+// runtime failure unless it is a usageError, or a value the library refuses as configuration
+// (stagehand.ErrInvalidConfig: a schema or a name from the command line it could never use).
 func markRuntimeErrors(c *cobra.Command) {
 	if run := c.RunE; run != nil {
 		c.RunE = func(cmd *cobra.Command, args []string) error {
 			err := run(cmd, args)
 			var ue *usageError
-			if err == nil || errors.As(err, &ue) {
+			if err == nil || errors.As(err, &ue) || errors.Is(err, stagehand.ErrInvalidConfig) {
 				return err
 			}
 			return &runtimeError{err: err}
@@ -221,6 +223,9 @@ func (a *app) connect(ctx context.Context) (*pgxpool.Pool, error) {
 	}
 	if strings.TrimSpace(a.schema) == "" {
 		return nil, usageErrorf("--schema must not be empty")
+	}
+	if reason := names.Schema(a.schema); reason != "" { // refused by every constructor: a usage error, not a runtime one
+		return nil, usageErrorf("--schema %s", reason)
 	}
 	url := a.databaseURL
 	if url == "" {

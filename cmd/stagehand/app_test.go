@@ -93,6 +93,30 @@ func TestUnmigratedSchemaHint(t *testing.T) {
 	requireFailure(t, r, exitFailure, "run 'stagehand migrate up --schema "+schema+"'")
 }
 
+// A schema every constructor refuses (longer than PostgreSQL keeps, a NUL byte) is a usage error naming --schema,
+// before anything reaches the database, for every command alike.
+func TestInvalidSchemaIsAUsageError(t *testing.T) {
+	t.Parallel()
+	url := pgtest.URL(t)
+	for _, schema := range []string{strings.Repeat("s", 64), "a\x00b"} {
+		for _, cmd := range [][]string{{"migrate", "up"}, {"migrate", "status"}, {"outbox", "stats"},
+			{"projection", "status"}, {"worker", "status"}} {
+			args := append(append([]string{}, cmd...), "--database-url", url, "--schema", schema)
+			r := invoke(context.Background(), options{}, args...)
+			requireFailure(t, r, exitUsage, "--schema ")
+		}
+	}
+}
+
+// A projection or worker name the library refuses (not storable text) is a usage error too, as every constructor
+// and function refuses it with stagehand.ErrInvalidConfig.
+func TestInvalidNameIsAUsageError(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	r := invoke(context.Background(), options{}, e.args("projection", "parked", "list", "bad\tname")...)
+	requireFailure(t, r, exitUsage, "control character")
+}
+
 // Every command answers --help with exit 0, and every command that does something shows an example.
 func TestHelpOnEveryCommand(t *testing.T) {
 	t.Parallel()

@@ -22,7 +22,8 @@
 // reach every tenant"). An explicitly empty --tenant "" means the reserved "no tenant" value, never every tenant.
 //
 // Exit codes: 0 success, 1 a runtime failure (database unreachable, unknown dead letter, ...), 2 a usage error
-// (unknown command or flag, bad argument, no database URL), 130 interrupted (Ctrl-C) before the work was done.
+// (unknown command or flag, bad argument such as a schema or name the library refuses, no database URL), 130
+// interrupted (Ctrl-C) before the work was done.
 // Every failure prints one line on standard error.
 //
 // See README.md beside this file for every command with an example.

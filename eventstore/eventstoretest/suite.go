@@ -393,6 +393,18 @@ func testLogFilters(t *testing.T, s eventstore.Store) {
 	noError(t, err)
 	empty(t, page.Records)
 	equal(t, last.Records[0].Position, page.Last, "filtered-out events still advance the position")
+
+	// A blank tenant in the filter is NoTenant, as in an append: it reads the events appended without a tenant.
+	appendN(t, s, "", "n-1", "note", eventstore.NoStream, 2)
+	for _, blank := range []string{"", " ", "\t"} {
+		q := eventstore.LogQuery{Tenants: []string{blank}}
+		noTenant := readAll(t, s, q)
+		length(t, noTenant, 2)
+		equal(t, stagehand.NoTenant, noTenant[0].Tenant)
+		equal(t, blank, q.Tenants[0], "the caller's filter is left as it was")
+		both := readAll(t, s, eventstore.LogQuery{Tenants: []string{"t2", blank}})
+		length(t, both, 4)
+	}
 }
 
 func testLogUnderConcurrentAppends(t *testing.T, s eventstore.Store) {

@@ -19,9 +19,12 @@ func TestDecodeRendersNonStringValuesAsJSONText(t *testing.T) {
 		require.NoError(t, err, empty)
 		require.Empty(t, m, empty)
 	}
-	for _, bad := range []string{`[1]`, `"s"`, `12`, `true`} {
+	for _, bad := range []string{`[1]`, `"s"`, `12`, `true`, `42`, `[]`, `""`, `1`, `420`, `["x", 1]`, `false`} {
 		_, err := jsonmeta.Decode([]byte(bad))
 		require.ErrorIs(t, err, jsonmeta.ErrNotObject, bad)
+		var m jsonmeta.Map
+		require.NoError(t, json.Unmarshal([]byte(bad), &m), bad)
+		require.Equal(t, jsonmeta.Map{jsonmeta.InvalidKey: bad}, m, bad)
 	}
 	_, err = jsonmeta.Decode([]byte(`{"a":`))
 	require.Error(t, err)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"time"
 
@@ -36,7 +37,8 @@ type Config struct {
 	// Schema holding the checkpoints and leases tables (created by stagehand.Migrate). Default "stagehand".
 	Schema string
 
-	// EventTypes, StreamTypes and Tenants filter the log (eventstore.LogQuery); empty means all.
+	// EventTypes, StreamTypes and Tenants filter the log (eventstore.LogQuery); empty means all. A blank tenant is
+	// NoTenant.
 	EventTypes, StreamTypes, Tenants []string
 	// Select, when set, keeps only the records it returns true for (partitioning by stream hash). Positions of
 	// records it drops are still passed. Default: keep all.
@@ -158,6 +160,7 @@ func (c *Config) withDefaults() (Config, error) {
 			return cfg, &ConfigError{Field: "Tenants", Reason: err.Error()}
 		}
 	}
+	cfg.Tenants = NormalizeTenants(cfg.Tenants)
 	if cfg.Kind == "" {
 		cfg.Kind = "follower"
 	}
@@ -224,6 +227,22 @@ func (c *Config) withDefaults() (Config, error) {
 	return cfg, nil
 }
 
+// NormalizeTenants returns a tenant filter with each blank tenant ("" or whitespace) read as stagehand.NoTenant, as
+// every tenant input is; a filter with none is returned as it is, and the caller's slice is never changed.
+func NormalizeTenants(tenants []string) []string {
+	for i, t := range tenants {
+		if n := stagehand.NormalizeTenant(t); n != t {
+			out := slices.Clone(tenants)
+			out[i] = n
+			for j := i + 1; j < len(out); j++ {
+				out[j] = stagehand.NormalizeTenant(out[j])
+			}
+			return out
+		}
+	}
+	return tenants
+}
+
 // filterText renders the log filter for operators.
 func (c *Config) filterText() string {
 	var parts []string
@@ -268,4 +287,24 @@ func (f *Follower) errorf(format string, args ...any) error {
 // failure, capped by MaxRetryDelay, saturating rather than overflowing whatever the settings.
 func (c *Config) retryDelay(attempts int) time.Duration {
 	return backoff.Exponential(c.RetryDelay, c.MaxRetryDelay, attempts-1)
+}
+
+// CheckSchema checks the schema argument of an exported function of package pkg that reads or writes followers'
+// tables (status, parked lists, rebuild and replay requests) by the rule every constructor applies to a Schema: a
+// schema refused there is refused here with the same *ConfigError (Field "schema"), not a PostgreSQL error about a
+// cut name.
+func CheckSchema(pkg, schema string) error {
+	if reason := names.Schema(schema); reason != "" {
+		return &ConfigError{Package: pkg, Field: "schema", Reason: reason}
+	}
+	return nil
+}
+
+// CheckName checks a follower name argument (field names it) of an exported function of package pkg: it must be
+// storable text, as a configured name is; "" is accepted (it means every follower where the function allows it).
+func CheckName(pkg, field, name string) error {
+	if reason := names.Text(name); reason != "" {
+		return &ConfigError{Package: pkg, Field: field, Reason: reason}
+	}
+	return nil
 }

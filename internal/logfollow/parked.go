@@ -108,14 +108,15 @@ type ParkedPage struct {
 }
 
 // Page returns the parked events q selects, in ID order (the earliest parked first), reading the table by its
-// primary key, so a long list is read a page at a time. Tenants must have been validated by the caller.
+// primary key, so a long list is read a page at a time. Tenants must have been validated by the caller; a blank one
+// is NoTenant.
 func (p Parked) Page(ctx context.Context, db DB, q ParkedPage) ([]ParkedEvent, error) {
 	if q.Limit <= 0 {
 		q.Limit = 100
 	}
 	var tenants []string
 	if len(q.Tenants) > 0 {
-		tenants = q.Tenants
+		tenants = NormalizeTenants(q.Tenants)
 	}
 	rows, err := db.Query(ctx, `SELECT `+p.columns()+` FROM `+p.table+`
 		WHERE ($1 = '' OR `+p.owner+` = $1) AND ($2::text[] IS NULL OR tenant_id = ANY ($2))

@@ -16,7 +16,6 @@ import (
 	"regexp"
 	"sort"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -52,10 +51,7 @@ var ErrInvalidSchema = errors.New("stagehand: invalid migration Schema")
 // CheckSchema returns an error matching ErrInvalidSchema when schema is blank, longer than PostgreSQL keeps (63
 // bytes: a longer name would be cut, so two long names could name one schema), not UTF-8, or holds a NUL byte.
 func CheckSchema(schema string) error {
-	if strings.TrimSpace(schema) == "" {
-		return fmt.Errorf("%w: must not be blank", ErrInvalidSchema)
-	}
-	if reason := names.Identifier(schema); reason != "" {
+	if reason := names.Schema(schema); reason != "" {
 		return fmt.Errorf("%w: %q %s", ErrInvalidSchema, names.Cut(schema, 80), reason)
 	}
 	return nil

@@ -33,6 +33,14 @@ func Identifier(name string) string {
 	return ""
 }
 
+// Schema returns why name cannot be used as a schema, or "" when it can: Identifier's rules, and not blank.
+func Schema(name string) string {
+	if name != "" && strings.TrimSpace(name) == "" {
+		return "must not be blank"
+	}
+	return Identifier(name)
+}
+
 // Text returns why s cannot be stored as a name-like text value (a tenant, a stream ID, a type name, a topic), or
 // "" when it can: PostgreSQL text holds only valid UTF-8 without NUL, and control characters are refused too, so
 // names print and compare as they look.
