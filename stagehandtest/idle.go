@@ -84,7 +84,9 @@ func WaitIdle(tb testing.TB, db DB, schema string, cfg *IdleConfig) {
 //     past the log head as it was when Idle was called; a projection's read model commits with its checkpoint, so
 //     it is then up to date to that head;
 //   - then, every outbox row staged up to the moment the followers got there (so including what a Deferred
-//     stager staged from those events) has left the outbox, sent;
+//     stager staged from those events) has left the outbox, sent, except messages scheduled for later than the
+//     call (staging.Message.ScheduledAt): they are not due, and a test waits for them by calling Idle once they
+//     are;
 //   - every message sent to a topic named in IdleConfig.Handlers (whenever it was sent) is recorded in the inbox
 //     as handled by each handler named for its topic.
 //
@@ -110,7 +112,7 @@ func Idle(ctx context.Context, db DB, schema string, cfg *IdleConfig) error {
 	if reason := names.Schema(schema); reason != "" {
 		return fmt.Errorf("stagehandtest: idle: schema %s", reason)
 	}
-	w := idleWait{db: db, schema: schema, cfg: c, snapshot: -1}
+	w := idleWait{db: db, schema: schema, cfg: c, snapshot: -1, called: time.Now()}
 	for topic, hs := range c.Handlers {
 		for _, h := range hs {
 			w.topics, w.handlers = append(w.topics, topic), append(w.handlers, h)
@@ -152,8 +154,9 @@ type idleWait struct {
 	db               DB
 	schema           string
 	cfg              IdleConfig
-	topics, handlers []string // the Handlers pairs, flattened for unnest
-	snapshot         int64    // the last outbox row waited for; -1 until the followers reach the head
+	topics, handlers []string  // the Handlers pairs, flattened for unnest
+	snapshot         int64     // the last outbox row waited for; -1 until the followers reach the head
+	called           time.Time // when Idle was called: messages scheduled after it are not waited for
 }
 
 // idleState is one look at the schema.
@@ -258,7 +261,8 @@ func (w *idleWait) followers(ctx context.Context, head int64, st *idleState) (bo
 func (w *idleWait) pending(ctx context.Context, st *idleState) (int, error) {
 	rows, err := w.db.Query(ctx, `SELECT message_id, topic, message_type, attempts, coalesce(last_error, ''),
 			next_attempt_at = 'infinity', scheduled_at, count(*) OVER ()
-		FROM `+w.t("outbox")+` WHERE id <= $1 ORDER BY id LIMIT $2`, w.snapshot, listed)
+		FROM `+w.t("outbox")+` WHERE id <= $1 AND (scheduled_at IS NULL OR scheduled_at <= $3)
+		ORDER BY id LIMIT $2`, w.snapshot, listed, w.called)
 	if err != nil {
 		return 0, fmt.Errorf("stagehandtest: idle: outbox: %w", err)
 	}

@@ -234,6 +234,26 @@ func TestWaitIdleFailsOnAPendingMessage(t *testing.T) {
 	require.Contains(t, rec.msg, `message "stuck-2"`)
 }
 
+// A message scheduled for later than the call is not due, so it is not waited for; one that was due by then is.
+func TestWaitIdleDoesNotWaitForMessagesScheduledLater(t *testing.T) {
+	t.Parallel()
+	p := newPipeline(t)
+	_, err := p.ob.Stage(context.Background(),
+		outbox.Message{ID: "later", Topic: "loans", Payload: []byte(`{}`), ScheduledAt: time.Now().Add(time.Hour)})
+	require.NoError(t, err)
+	stagehandtest.WaitIdle(t, p.pool, p.schema, &stagehandtest.IdleConfig{Timeout: 2 * time.Second})
+
+	_, err = p.ob.Stage(context.Background(),
+		outbox.Message{ID: "due", Topic: "loans", Payload: []byte(`{}`), ScheduledAt: time.Now().Add(-time.Second)})
+	require.NoError(t, err)
+	rec := &recordingTB{TB: t}
+	stagehandtest.WaitIdle(rec, p.pool, p.schema, &stagehandtest.IdleConfig{Timeout: 300 * time.Millisecond})
+	require.True(t, rec.failed, "no relay runs: the due message stays pending")
+	require.Contains(t, rec.msg, "1 message(s) pending in the outbox")
+	require.Contains(t, rec.msg, `message "due"`)
+	require.NotContains(t, rec.msg, `message "later"`)
+}
+
 // A projection stuck on an event keeps WaitIdle waiting; it fails naming the projection, its position, the head
 // and the error it is retrying.
 func TestWaitIdleFailsOnAStuckProjection(t *testing.T) {

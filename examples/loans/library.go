@@ -46,8 +46,11 @@ type Library struct {
 }
 
 // Open wires the service on pool, whose search_path is schema (stagehand's tables and the read model live there):
-// nothing starts until Run.
+// nothing starts until Run. A nil logger logs nothing.
 func Open(pool *pgxpool.Pool, schema string, broker Broker, logger *slog.Logger) (*Library, error) {
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
 	reg, err := newRegistry()
 	if err != nil {
 		return nil, err

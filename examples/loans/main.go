@@ -59,9 +59,7 @@ func run(ctx context.Context, out io.Writer, url, schema string) error {
 		return err
 	}
 
-	// Persistent: a message published before its handler subscribes waits for it instead of being dropped.
-	broker := gochannel.NewGoChannel(gochannel.Config{Persistent: true}, watermill.NewSlogLogger(logger))
-	lib, err := Open(pool, schema, broker, logger)
+	lib, err := Open(pool, schema, newBroker(logger), logger)
 	if err != nil {
 		return err
 	}
@@ -111,6 +109,20 @@ func demo(ctx context.Context, out io.Writer, lib *Library) error {
 	}
 	fmt.Fprintf(out, "reminded: %v\n", reminded)
 	return nil
+}
+
+// newBroker is Watermill's in-process gochannel, set up for the relay and inbox handlers:
+//   - Persistent: a message published before its handler subscribes waits for it instead of being dropped (the
+//     relay has marked it sent by then);
+//   - BlockPublishUntilSubscriberAck: the relay's publish returns once the handler has acknowledged the message, so
+//     the messages of one key reach the handler in order. Without it gochannel hands each message to its
+//     subscriber from a goroutine of its own, and a loan's LoanReturned can be handled before its LoanOpened.
+func newBroker(logger *slog.Logger) *gochannel.GoChannel {
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	return gochannel.NewGoChannel(gochannel.Config{Persistent: true, BlockPublishUntilSubscriberAck: true},
+		watermill.NewSlogLogger(logger))
 }
 
 // openPool opens a pool whose connections use schema first, so the service's unqualified table names are its
