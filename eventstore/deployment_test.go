@@ -139,3 +139,39 @@ func TestGapWaitIgnoresHoldersThatCannotCommit(t *testing.T) {
 	require.NoError(t, err)
 	require.Empty(t, page.Records)
 }
+
+// A store that knew its events table partitioned reads the streams of a table migrated again, unpartitioned, under
+// it (the read bounded by stream heads the new table does not keep finds nothing, and is made again unbounded),
+// and records the new layout: on the caller's transaction alone.
+func TestStreamReadFollowsARecreatedUnpartitionedTable(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool, schema := pgtest.GuardedMigrated(t, 4)
+	parts, err := eventstore.NewPartitions(pool, &eventstore.PartitionConfig{Schema: schema, Size: 100})
+	require.NoError(t, err)
+	_, err = parts.Convert(ctx)
+	require.NoError(t, err)
+	s, err := eventstore.NewPostgres(pool, &eventstore.PostgresConfig{Schema: schema})
+	require.NoError(t, err)
+	t.Cleanup(s.Close)
+	require.True(t, s.Partitioned(ctx))
+
+	_, err = pool.Exec(ctx, `DROP SCHEMA `+pgx.Identifier{schema}.Sanitize()+` CASCADE`)
+	require.NoError(t, err)
+	_, err = migrate.Up(ctx, pool, schema, nil)
+	require.NoError(t, err)
+	other, err := eventstore.NewPostgres(pool, &eventstore.PostgresConfig{Schema: schema})
+	require.NoError(t, err)
+	t.Cleanup(other.Close)
+	_, err = other.Append(ctx, one("a"))
+	require.NoError(t, err)
+
+	tctx := pgtest.OneConnection(ctx, "read after the table was migrated again")
+	tx, err := pool.Begin(tctx)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(ctx) }()
+	recs, err := s.ReadStreamTx(tctx, tx, "", "a", 1)
+	require.NoError(t, err)
+	require.Len(t, recs, 1)
+	require.False(t, s.Partitioned(ctx), "the new layout is recorded")
+}

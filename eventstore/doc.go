@@ -50,8 +50,10 @@
 // An events table can be range-partitioned by global position, so that the log grows for years and old
 // partitions are detached and archived without downtime. It is opt-in: Partitions.Convert (or `stagehand events
 // partitions convert`) converts a live table once; a store that never runs it keeps its single table. Every
-// PostgresStore on the schema follows the change by itself (it reads the table's layout at most every 10 s, and
-// appends correctly meanwhile); the conformance suite passes on both layouts.
+// PostgresStore on the schema follows the change by itself (it reads the table's layout at most every 10 s, through
+// the connection the call runs on, the caller's transaction for the Tx methods, and appends correctly meanwhile;
+// a read that finds a stream missing checks the layout in its own statement); the conformance suite passes on both
+// layouts.
 //
 // A unique index of a partitioned table must include the partition key, so (tenant_id, stream_id, version), the
 // index that is the concurrency control, and the one on event_id cannot span partitions. Two compact,

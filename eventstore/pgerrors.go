@@ -62,8 +62,9 @@ func (s *PostgresStore) withCurrent(ctx context.Context, err error, req AppendRe
 	return err
 }
 
-// stageError is the error of AppendWith when its stage callback failed (called once its transaction has ended): a transaction conflict there (the outbox
-// insert of a serializable transaction, for instance) rolled the append back, so it is a concurrency conflict.
+// stageError is the error of AppendWith when its stage callback failed (called once its transaction has ended): a
+// transaction conflict there (the outbox insert of a serializable transaction, for instance) rolled the append
+// back, so it is a concurrency conflict.
 func (s *PostgresStore) stageError(ctx context.Context, err error, req AppendRequest) error {
 	if c := txConflict(err, req); c != nil {
 		return fmt.Errorf("eventstore: staging in the append transaction of stream %q: %w", req.StreamID,

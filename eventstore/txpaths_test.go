@@ -190,3 +190,84 @@ func TestMissingStreamOnAOneConnectionPool(t *testing.T) {
 		require.Less(t, time.Since(start), 2*time.Second)
 	}
 }
+
+// Transactions holding every connection of the pool read missing streams (and append) at the same time, on a store
+// that has read nothing of the table yet: none waits for another, nor for a connection.
+func TestConcurrentTxReadsOfMissingStreamsOnAFullPool(t *testing.T) {
+	t.Parallel()
+	const n = 8
+	_, schema := pgtest.Migrated(t)
+	pool := pgtest.GuardedPool(t, n)
+	for round := range 3 {
+		s := newGuardedStore(t, pool, schema)
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		txs := make([]pgx.Tx, n)
+		for i := range txs {
+			tx, err := pool.Begin(ctx)
+			require.NoError(t, err)
+			txs[i] = tx
+			// Deferred to the test's end: every connection goes back to the pool, even after a failure.
+			t.Cleanup(func() { _ = tx.Rollback(context.Background()) })
+		}
+		errs := make(chan error, n)
+		start := make(chan struct{})
+		for i, tx := range txs {
+			go func() {
+				<-start
+				_, err := s.ReadStreamTx(ctx, tx, "", fmt.Sprintf("missing-%d-%d", round, i), 1)
+				if !errors.Is(err, eventstore.ErrStreamNotFound) {
+					errs <- fmt.Errorf("read %d: %w", i, err)
+					return
+				}
+				_, err = s.AppendTx(ctx, tx, eventstore.AppendRequest{StreamID: fmt.Sprintf("s-%d-%d", round, i),
+					StreamType: "t", Expected: eventstore.NoStream,
+					Events: []eventstore.EventData{{Type: "x", Payload: []byte(`{}`)}}})
+				if err == nil {
+					err = tx.Commit(ctx)
+				}
+				errs <- err
+			}()
+		}
+		close(start)
+		for range n {
+			select {
+			case err := <-errs:
+				require.NoError(t, err)
+			case <-time.After(15 * time.Second):
+				t.Fatalf("round %d: the transactions' reads hung", round)
+			}
+		}
+		cancel()
+	}
+}
+
+// A read of the layout that fails inside the caller's transaction (here: the transaction was aborted by the
+// caller's own failed statement) returns its error and leaves nothing cached: the next call reads the layout
+// afresh. Through the pool, a failed read still keeps what was known (unpartitioned at first) for 10 s.
+func TestFailedLayoutReadInATransactionIsNotCached(t *testing.T) {
+	t.Parallel()
+	pool, schema := pgtest.GuardedMigrated(t, 4)
+	parts, err := eventstore.NewPartitions(pool, &eventstore.PartitionConfig{Schema: schema, Size: 100, Ahead: 2,
+		Headroom: 1})
+	require.NoError(t, err)
+	_, err = parts.Convert(ctxT(t))
+	require.NoError(t, err)
+	s := newGuardedStore(t, pool, schema)
+	onTx(t, pool, "aborted transaction", func(ctx context.Context, tx pgx.Tx) {
+		_, err := tx.Exec(ctx, `SELECT 1/0`)
+		require.Error(t, err)
+		_, err = s.ReadStreamTx(ctx, tx, "", "any", 1)
+		require.ErrorContains(t, err, "read the layout")
+	})
+	require.True(t, s.Partitioned(ctxT(t)), "the failed read cached no guess")
+
+	// An events table without its archives table (not migrated): through the pool the store goes on with what it
+	// knew, and the statement that follows reports the database's error.
+	pgtest.Exec(t, pool, `DROP TABLE `+pgtest.Q(schema, "event_archives"))
+	fresh := newGuardedStore(t, pool, schema)
+	require.False(t, fresh.Partitioned(ctxT(t)), "unpartitioned at first")
+	onTx(t, pool, "unmigrated schema", func(ctx context.Context, tx pgx.Tx) {
+		_, err := newGuardedStore(t, pool, schema).ReadStreamTx(ctx, tx, "", "any", 1)
+		require.ErrorContains(t, err, "did you run stagehand.Migrate")
+	})
+}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/jackc/pgx/v5"
@@ -94,5 +95,32 @@ func TestTxPathsUseOnlyTheCallersConnection(t *testing.T) {
 			require.Equal(t, int64(2), st.Handled)
 			require.Equal(t, int64(1), st.DeadLettered, "the failure recorded after the handler's rollback")
 		})
+	}
+}
+
+// On a pool of one connection, LoadTx and UpdateTx of an aggregate that does not exist answer ErrNotFound at once,
+// from a store that has read nothing of the events table yet: nothing waits for a second connection (which would
+// wait until the context's deadline).
+func TestMissingAggregateOnAOneConnectionPool(t *testing.T) {
+	t.Parallel()
+	_, schema := pgtest.Migrated(t)
+	pool := pgtest.GuardedPool(t, 1)
+	for _, update := range []bool{false, true} {
+		e := setupOn(t, pool, schema)
+		repo, err := aggregate.NewRepository[*Order](e.store, e.reg, nil)
+		require.NoError(t, err)
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		start := time.Now()
+		err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+			if update {
+				_, err := repo.UpdateTx(ctx, tx, "nobody", func(*Order) error { return nil })
+				return err
+			}
+			_, err := repo.LoadTx(ctx, tx, "nobody")
+			return err
+		})
+		cancel()
+		require.ErrorIs(t, err, aggregate.ErrNotFound, "update %v", update)
+		require.Less(t, time.Since(start), 2*time.Second)
 	}
 }
