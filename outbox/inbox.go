@@ -188,8 +188,9 @@ func Permanent(err error) error { return stagehand.Permanent(err) }
 // again, and its Ack after the inbox's Nack does nothing, so the message is never acknowledged unhandled (a
 // middleware outside the inbox sees no error; Watermill's Retry middleware is not needed). After MaxAttempts
 // failures (or at once for a Permanent error) the message goes to the inbox dead letters with its error and is
-// acknowledged. A message whose subscription stops while it is handled, or waits for its retry, is nacked at once
-// without counting an attempt. name must be stable: it is part of the key.
+// acknowledged. A message whose context ends while it is handled or waits for its retry (a subscription stopping,
+// for subscribers that end their messages' contexts with it) is nacked at once without counting an attempt. name
+// must be stable: it is part of the key.
 //
 // Contention is not failure: a run that fails with a concurrency conflict (eventstore.ErrConcurrencyConflict), a
 // serialization failure or a deadlock is rerun at once in a new transaction, up to ContentionRetries times, without
