@@ -142,3 +142,21 @@ func TestInboxRetrySettingsAreValidated(t *testing.T) {
 	_, err := e.ob.NewInbox(&outbox.InboxConfig{HandlerTimeout: -1, RetryDelay: time.Hour})
 	require.NoError(t, err, "a negative HandlerTimeout means none; MaxRetryDelay follows a longer RetryDelay")
 }
+
+// A stop while the handler runs (the message's context ends) counts no attempt: the message is nacked and nil is
+// returned, whatever error the interrupted handler returns, so the router logs nothing for it.
+func TestInboxStopDuringAHandlerRunCountsNothing(t *testing.T) {
+	t.Parallel()
+	e := setupInbox(t, nil, nil)
+	h := e.inbox.Handler("ledger", func(ctx context.Context, _ pgx.Tx, _ *outbox.Publisher, _ *message.Message) error {
+		<-ctx.Done()
+		return errors.New("the remote call was interrupted") // not a context error: a router would log it
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	msg := message.NewMessage("m1", nil)
+	msg.SetContext(ctx)
+	time.AfterFunc(100*time.Millisecond, cancel)
+	requireRetried(t, h(msg), msg)
+	require.Zero(t, e.count("inbox_attempts"), "a stop is not the message's failure")
+	require.Zero(t, e.count("inbox"))
+}
