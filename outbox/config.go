@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
-	"math/rand/v2"
 	"os"
 	"strings"
 	"time"
@@ -415,9 +414,7 @@ func (s *settings) backoffFloor(attempt int) time.Duration {
 
 // backoff is backoffFloor plus up to Jitter of it at random, still capped by MaxRetryDelay (never below the floor).
 func (s *settings) backoff(attempt int) time.Duration {
-	floor := s.backoffFloor(attempt)
-	extra := backoff.Fraction(floor, rand.Float64()*s.Jitter)
-	return max(floor, min(backoff.Add(floor, extra), s.MaxRetryDelay))
+	return backoff.Jittered(s.backoffFloor(attempt), s.MaxRetryDelay, s.Jitter)
 }
 
 // backoffCeiling is the longest backoff before retry number attempt: its floor plus the whole Jitter, capped.

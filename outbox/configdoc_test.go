@@ -59,5 +59,6 @@ func TestREADMEConfigTables(t *testing.T) {
 		t.Fatal(err)
 	}
 	doctable.Check(t, doctable.Find(t, "README.md", "`outbox.InboxConfig`"), reflect.TypeFor[InboxConfig](), "",
-		map[string]any{"MaxAttempts": in.maxAttempts, "ContentionRetries": in.contention})
+		map[string]any{"MaxAttempts": in.maxAttempts, "ContentionRetries": in.contention, "RetryDelay": in.retryDelay,
+			"MaxRetryDelay": in.maxRetryDelay, "Jitter": in.jitter, "HandlerTimeout": in.timeout})
 }

@@ -223,3 +223,29 @@ var errRejected = errors.New("destination rejected the message")
 func (e *env) noop() outbox.HandlerFunc {
 	return func(context.Context, pgx.Tx, *outbox.Publisher, *message.Message) error { return nil }
 }
+
+// nacked reports whether msg was nacked: an inbox handler nacks a message it will retry (after its backoff) and
+// returns nil, so the router neither logs the failure again nor acknowledges the message.
+func nacked(msg *message.Message) bool {
+	select {
+	case <-msg.Nacked():
+		return true
+	default:
+		return false
+	}
+}
+
+// requireRetried asserts that an inbox handler's delivery of msg failed and was nacked for a redelivery.
+func requireRetried(t testing.TB, err error, msg *message.Message, msgAndArgs ...any) {
+	t.Helper()
+	require.NoError(t, err, msgAndArgs...)
+	require.True(t, nacked(msg), msgAndArgs...)
+}
+
+// requireSettled asserts that an inbox handler's delivery of msg is to be acknowledged (handled, skipped or
+// dead-lettered): nil, and not nacked.
+func requireSettled(t testing.TB, err error, msg *message.Message, msgAndArgs ...any) {
+	t.Helper()
+	require.NoError(t, err, msgAndArgs...)
+	require.False(t, nacked(msg), msgAndArgs...)
+}

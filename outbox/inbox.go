@@ -15,6 +15,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/stagehand-es/stagehand"
+	"github.com/stagehand-es/stagehand/internal/backoff"
 	"github.com/stagehand-es/stagehand/internal/jsonmeta"
 	"github.com/stagehand-es/stagehand/internal/telemetry"
 )
@@ -28,6 +29,17 @@ import (
 // 30 minutes covers only broker redelivery; a week covers all of these with a wide margin, at the cost of one small
 // row per message and handler.
 const DefaultInboxRetention = 7 * 24 * time.Hour
+
+// Inbox defaults.
+const (
+	// DefaultInboxRetryDelay is InboxConfig.RetryDelay's default: 1s. With the default MaxAttempts (5) a message
+	// that keeps failing is dead-lettered after waits of about 1s, 2s, 4s and 8s (plus jitter), some 15-18s in all.
+	DefaultInboxRetryDelay = time.Second
+	// DefaultInboxMaxRetryDelay is InboxConfig.MaxRetryDelay's default: 30s.
+	DefaultInboxMaxRetryDelay = 30 * time.Second
+	// DefaultInboxHandlerTimeout is InboxConfig.HandlerTimeout's default: 30s.
+	DefaultInboxHandlerTimeout = 30 * time.Second
+)
 
 // InboxConfig configures an Inbox. A nil *InboxConfig uses the defaults.
 type InboxConfig struct {
@@ -45,6 +57,23 @@ type InboxConfig struct {
 	// are used up does the delivery count as one failed attempt, like any other error. Default
 	// DefaultContentionRetries (10); -1 means no reruns.
 	ContentionRetries int
+	// RetryDelay is how long the inbox waits after a failed attempt before it nacks the message for redelivery;
+	// it doubles with every further failed attempt of the message (plus up to Jitter at random), capped by
+	// MaxRetryDelay. The wait holds no database connection, ends at once when the subscription stops (the message
+	// is nacked, not lost), and adds to whatever delay the broker puts on a redelivery (gochannel has none).
+	// Default DefaultInboxRetryDelay (1s). Rule: positive.
+	RetryDelay time.Duration
+	// MaxRetryDelay caps the wait between attempts. Default DefaultInboxMaxRetryDelay (30s), or RetryDelay when
+	// that is longer. Rule: not below RetryDelay.
+	MaxRetryDelay time.Duration
+	// Jitter is the largest fraction of a wait added at random, so the retries of many messages spread out.
+	// Default 0.2. Rule: 0 to 1 (0 means the default; use a tiny value such as 1e-9 for none).
+	Jitter float64
+	// HandlerTimeout bounds every handler run: the context the handler gets, and its transaction, end after this
+	// long, so a stuck handler's transaction is rolled back and its connection returned to the pool; the run
+	// counts as a failed attempt (retried after RetryDelay, dead-lettered after MaxAttempts). A handler must honour
+	// its ctx (every pgx statement does). Default DefaultInboxHandlerTimeout (30s); negative means no deadline.
+	HandlerTimeout time.Duration
 	// TxOptions are the options of the handler's transaction. Default: READ COMMITTED, read-write. Rule: IsoLevel,
 	// AccessMode and DeferrableMode are pgx's named values (or empty).
 	TxOptions pgx.TxOptions
@@ -63,12 +92,16 @@ type InboxConfig struct {
 // stagehand.HeaderTenantID metadata value (stagehand.NoTenant when absent): message IDs are only unique within a
 // tenant, so another tenant's message with the same ID is handled, not skipped as a duplicate.
 type Inbox struct {
-	o           *Outbox
-	maxAttempts int
-	contention  int
-	txOptions   pgx.TxOptions
-	logger      *slog.Logger
-	tel         inboxInstruments
+	o             *Outbox
+	maxAttempts   int
+	contention    int
+	retryDelay    time.Duration
+	maxRetryDelay time.Duration
+	jitter        float64
+	timeout       time.Duration // 0: none
+	txOptions     pgx.TxOptions
+	logger        *slog.Logger
+	tel           inboxInstruments
 }
 
 // NewInbox returns an Inbox on the outbox's database and schema.
@@ -95,6 +128,31 @@ func (o *Outbox) NewInbox(cfg *InboxConfig) (*Inbox, error) {
 		return nil, &ConfigError{Package: "outbox", Field: "ContentionRetries",
 			Reason: "ContentionRetries must be -1 (no reruns) or more."}
 	}
+	switch {
+	case c.RetryDelay == 0:
+		c.RetryDelay = DefaultInboxRetryDelay
+	case c.RetryDelay < 0:
+		return nil, &ConfigError{Package: "outbox", Field: "RetryDelay", Reason: "RetryDelay must be positive."}
+	}
+	switch {
+	case c.MaxRetryDelay == 0:
+		c.MaxRetryDelay = max(DefaultInboxMaxRetryDelay, c.RetryDelay)
+	case c.MaxRetryDelay < c.RetryDelay:
+		return nil, &ConfigError{Package: "outbox", Field: "MaxRetryDelay",
+			Reason: "MaxRetryDelay cannot be less than RetryDelay."}
+	}
+	switch {
+	case c.Jitter == 0:
+		c.Jitter = 0.2
+	case !(c.Jitter > 0 && c.Jitter <= 1):
+		return nil, &ConfigError{Package: "outbox", Field: "Jitter", Reason: "Jitter must be between 0 and 1."}
+	}
+	switch {
+	case c.HandlerTimeout == 0:
+		c.HandlerTimeout = DefaultInboxHandlerTimeout
+	case c.HandlerTimeout < 0:
+		c.HandlerTimeout = 0
+	}
 	if c.Logger == nil {
 		c.Logger = o.logger
 	}
@@ -104,7 +162,8 @@ func (o *Outbox) NewInbox(cfg *InboxConfig) (*Inbox, error) {
 	if c.MeterProvider == nil {
 		c.MeterProvider = o.mp
 	}
-	return &Inbox{o: o, maxAttempts: c.MaxAttempts, contention: c.ContentionRetries, txOptions: c.TxOptions,
+	return &Inbox{o: o, maxAttempts: c.MaxAttempts, contention: c.ContentionRetries, retryDelay: c.RetryDelay,
+		maxRetryDelay: c.MaxRetryDelay, jitter: c.Jitter, timeout: c.HandlerTimeout, txOptions: c.TxOptions,
 		logger: c.Logger, tel: newInboxInstruments(c.TracerProvider, c.MeterProvider)}, nil
 }
 
@@ -122,10 +181,16 @@ func Permanent(err error) error { return stagehand.Permanent(err) }
 
 // Handler wraps h for a Watermill router (router.AddConsumerHandler). For every message it opens a transaction,
 // records (tenant, message ID, name) in the inbox under a unique constraint, and runs h unless the message was
-// already handled, then commits; a duplicate delivered concurrently waits for the first and is skipped. When h
-// fails the transaction rolls back and the error is returned, so the router nacks and the message is redelivered;
-// after MaxAttempts failures (or at once for a Permanent error) the message goes to the inbox dead letters with its
-// error and is acknowledged. name must be stable: it is part of the key.
+// already handled, then commits; a duplicate delivered concurrently waits for the first and is skipped. h runs
+// under HandlerTimeout. When h fails the transaction rolls back and the attempt is counted; the inbox logs it
+// (one line per failed attempt), waits RetryDelay (doubling per attempt, capped by MaxRetryDelay) and nacks the
+// message itself, so the broker redelivers it. It returns nil then: the router would otherwise log the failure
+// again, and its Ack after the inbox's Nack does nothing, so the message is never acknowledged unhandled (a
+// middleware outside the inbox sees no error; Watermill's Retry middleware is not needed). After MaxAttempts
+// failures (or at once for a Permanent error) the message goes to the inbox dead letters with its error and is
+// acknowledged. A message whose context ends while it is handled or waits for its retry (a subscription stopping,
+// for subscribers that end their messages' contexts with it) is nacked at once without counting an attempt. name
+// must be stable: it is part of the key.
 //
 // Contention is not failure: a run that fails with a concurrency conflict (eventstore.ErrConcurrencyConflict), a
 // serialization failure or a deadlock is rerun at once in a new transaction, up to ContentionRetries times, without
@@ -197,6 +262,7 @@ func (i *Inbox) handle(name string, msg *message.Message, h HandlerFunc) error {
 	if name == "" {
 		return Permanent(errors.New("outbox: inbox handler name is empty"))
 	}
+	delivered := msg // the message the router acknowledges; a redriven dead letter is handled as its original
 	msg, skip := redriveTarget(name, msg)
 	if skip {
 		return nil // a redriven inbox dead letter of another handler
@@ -239,26 +305,71 @@ func (i *Inbox) handle(name string, msg *message.Message, h HandlerFunc) error {
 	}
 	cause = err
 	if ctx.Err() != nil {
-		return err // shutting down: no attempt counted
+		// The subscription is stopping: no attempt counted, and the message is redelivered later.
+		i.logger.Debug("stagehand: inbox handler stopped with its subscription; the message will be redelivered",
+			"handler", name, "message_id", msg.UUID, "error", err)
+		delivered.Nack()
+		return nil
 	}
-	if err := i.failed(ctx, name, tenant, msgType, msg, cause); err != nil {
-		if errors.Is(err, errHandledBefore) {
-			outcome = telemetry.OutcomeDuplicate
-			return nil
-		}
-		return err
+	f := i.failed(ctx, name, tenant, msgType, msg, cause)
+	switch {
+	case f.handledBefore:
+		outcome = telemetry.OutcomeDuplicate
+		return nil
+	case f.deadLettered:
+		outcome = telemetry.OutcomeDeadLettered
+		return nil
 	}
-	outcome = telemetry.OutcomeDeadLettered
+	i.retryLater(ctx, name, msg, delivered, cause, f)
 	return nil
 }
 
-// errHandledBefore: the delivery failed, but the message had been handled by another delivery, so it is a
-// duplicate to acknowledge, not a failure to count.
-var errHandledBefore = errors.New("outbox: inbox message handled before")
+// retryLater logs a failed attempt (the one line it gets), waits its backoff and nacks the message, so the broker
+// redelivers it. The router is given no error: it would log the failure a second time, and nack what the inbox
+// has already nacked (its Ack after a Nack does nothing, so the message is never acknowledged unhandled).
+func (i *Inbox) retryLater(ctx context.Context, name string, msg, delivered *message.Message, cause error,
+	f failure) {
+	wait := i.retryWait(f.attempts)
+	text := "stagehand: inbox handler failed; the message will be redelivered"
+	attrs := []any{"handler", name, "message_id", msg.UUID}
+	switch {
+	case f.countErr != nil:
+		text = "stagehand: inbox handler failed and the attempt could not be counted; the message will be redelivered"
+		attrs = append(attrs, "count_error", f.countErr)
+	case f.deadLetterErr != nil:
+		text = "stagehand: inbox could not dead-letter a message that failed its last attempt; it will be redelivered"
+		attrs = append(attrs, "attempt", f.attempts, "max_attempts", i.maxAttempts, "dead_letter_error",
+			f.deadLetterErr)
+	default:
+		attrs = append(attrs, "attempt", f.attempts, "max_attempts", i.maxAttempts)
+	}
+	i.logger.Warn(text, append(attrs, "retry_in", wait, "error", cause)...)
+	backoff.Sleep(ctx, wait) // a stop ends the wait: the message is nacked at once
+	delivered.Nack()
+}
+
+// retryWait is the wait after failed attempt number attempts (1 = the first; 0 when it could not be counted):
+// RetryDelay doubled per earlier failure, plus up to Jitter of it, capped by MaxRetryDelay.
+func (i *Inbox) retryWait(attempts int) time.Duration {
+	return backoff.Jittered(backoff.Exponential(i.retryDelay, i.maxRetryDelay, attempts-1), i.maxRetryDelay,
+		i.jitter)
+}
 
 // run runs h in the inbox transaction; duplicate reports a message handled before (h did not run).
 func (i *Inbox) run(ctx context.Context, name, tenant, msgType string, msg *message.Message, h HandlerFunc) (
 	staged int, duplicate bool, err error) {
+	if i.timeout > 0 {
+		parent := ctx
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, i.timeout)
+		defer cancel()
+		defer func() {
+			if err != nil && parent.Err() == nil && errors.Is(ctx.Err(), context.DeadlineExceeded) {
+				err = fmt.Errorf("outbox: inbox handler %q ran past its HandlerTimeout (%s): %w", name, i.timeout,
+					err)
+			}
+		}()
+	}
 	tx, err := i.o.pool.BeginTx(ctx, i.txOptions)
 	if err != nil {
 		return 0, false, fmt.Errorf("outbox: inbox begin: %w", err)
@@ -294,10 +405,18 @@ func callHandler(ctx context.Context, h HandlerFunc, tx pgx.Tx, out *Publisher, 
 	return h(ctx, tx, out, msg)
 }
 
-// failed counts a failed attempt and dead-letters the message when it is permanent or out of attempts, in which
-// case the message is acknowledged (nil); otherwise the handler's error goes back to the router. A message handled
-// meanwhile by another delivery counts nothing (errHandledBefore).
-func (i *Inbox) failed(ctx context.Context, name, tenant, msgType string, msg *message.Message, cause error) error {
+// failure is what counting a failed attempt found.
+type failure struct {
+	attempts      int   // the message's failed attempts so far, this one included (0: not counted)
+	handledBefore bool  // another delivery had handled the message: a duplicate to acknowledge, nothing counted
+	deadLettered  bool  // permanent or out of attempts, and moved to the inbox dead letters: acknowledge
+	countErr      error // the attempt could not be counted
+	deadLetterErr error // the message was due for the dead letters but could not be moved there
+}
+
+// failed counts a failed attempt and dead-letters the message when it is permanent or out of attempts. It logs
+// only a dead-lettering; a failure to retry is logged by the caller, once.
+func (i *Inbox) failed(ctx context.Context, name, tenant, msgType string, msg *message.Message, cause error) failure {
 	now := i.o.now()
 	attempts := 1
 	if err := i.o.pool.QueryRow(ctx, i.o.q.inboxAttempt, msg.UUID, name, tenant, truncateError(cause), now).
@@ -305,33 +424,33 @@ func (i *Inbox) failed(ctx context.Context, name, tenant, msgType string, msg *m
 		if errors.Is(err, pgx.ErrNoRows) {
 			i.logger.Debug("stagehand: inbox acknowledged a failed duplicate of a handled message", "handler", name,
 				"message_id", msg.UUID, "error", cause)
-			return errHandledBefore
+			return failure{handledBefore: true}
 		}
-		i.logger.Warn("stagehand: inbox could not count a failed attempt", "handler", name,
-			"message_id", msg.UUID, "error", err)
-		return cause
+		return failure{countErr: err}
 	}
 	if !errors.Is(cause, ErrPermanent) && attempts < i.maxAttempts {
-		return cause
+		return failure{attempts: attempts}
 	}
 	meta := jsonmeta.Encode(msg.Metadata)
 	topic := message.SubscribeTopicFromCtx(ctx)
+	payload := []byte(msg.Payload)
+	if payload == nil {
+		payload = []byte{} // an empty payload is kept as empty, not NULL (the column is NOT NULL)
+	}
 	err := pgx.BeginFunc(ctx, i.o.pool, func(tx pgx.Tx) error {
 		b := &pgx.Batch{}
-		b.Queue(i.o.q.inboxDeadLetter, msg.UUID, name, tenant, msgType, topic, []byte(msg.Payload), meta, attempts,
+		b.Queue(i.o.q.inboxDeadLetter, msg.UUID, name, tenant, msgType, topic, payload, meta, attempts,
 			truncateError(cause), now)
 		b.Queue(i.o.q.inboxMarkDead, msg.UUID, name, tenant, msgType, now)
 		b.Queue(i.o.q.inboxClearAttempts, msg.UUID, name, tenant)
 		return tx.SendBatch(ctx, b).Close()
 	})
 	if err != nil {
-		i.logger.Warn("stagehand: inbox could not dead-letter a message", "handler", name, "message_id", msg.UUID,
-			"error", err)
-		return cause
+		return failure{attempts: attempts, deadLetterErr: err}
 	}
 	i.logger.Warn("stagehand: inbox dead-lettered a message", "handler", name, "message_id", msg.UUID,
 		"attempts", attempts, "error", cause)
-	return nil
+	return failure{attempts: attempts, deadLettered: true}
 }
 
 // ErrUnknownMessageType is returned (as a Permanent error) by Handlers for a message type nobody registered.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/jackc/pgx/v5"
@@ -27,7 +28,7 @@ func TestInboxHandleSpans(t *testing.T) {
 	// The inbox takes the outbox's providers when its own configuration names none.
 	e := setupOn(t, pool, schema, &outbox.Config{TracerProvider: rec.TracerProvider,
 		MeterProvider: rec.MeterProvider})
-	in, err := e.ob.NewInbox(&outbox.InboxConfig{MaxAttempts: 2})
+	in, err := e.ob.NewInbox(&outbox.InboxConfig{MaxAttempts: 2, RetryDelay: time.Millisecond})
 	require.NoError(t, err)
 
 	producer, pspan := rec.TracerProvider.Tracer("test").Start(context.Background(), "producer")
@@ -51,8 +52,10 @@ func TestInboxHandleSpans(t *testing.T) {
 	failing := in.Handler("failing", func(context.Context, pgx.Tx, *outbox.Publisher, *message.Message) error {
 		return errors.New("downstream rejected it")
 	})
-	require.Error(t, failing(traced("m2")))
-	require.NoError(t, failing(traced("m2")), "the second failure dead-letters")
+	m2 := traced("m2")
+	requireRetried(t, failing(m2), m2)
+	m2 = traced("m2")
+	requireSettled(t, failing(m2), m2, "the second failure dead-letters")
 
 	spans := rec.Spans(telemetry.SpanInboxHandle)
 	require.Len(t, spans, 4)

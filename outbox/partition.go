@@ -51,6 +51,9 @@ func (r *Relay) start(ctx context.Context, topics []string, deliver func(context
 	if err := r.checkFenceable(ctx); err != nil {
 		return nil, err
 	}
+	if onEnd != nil {
+		r.checkPool()
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.closed {

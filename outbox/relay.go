@@ -3,12 +3,14 @@ package outbox
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
 
+	"github.com/stagehand-es/stagehand"
 	"github.com/stagehand-es/stagehand/internal/lease"
 )
 
@@ -40,6 +42,7 @@ type Relay struct {
 	tel    *relayTelemetry
 
 	fenceChecked atomic.Bool
+	poolWarned   atomic.Bool       // a pool smaller than a subscription holds at once is logged once
 	maint        *relayMaintenance // nil when RelayConfig.Maintenance.Disabled
 
 	mu     sync.Mutex
@@ -167,3 +170,26 @@ var ErrNacked = errors.New("outbox: message nacked")
 
 // ErrAckDeadline is the error recorded for a message not acknowledged within RelayConfig.AckDeadline.
 var ErrAckDeadline = errors.New("outbox: ack deadline exceeded")
+
+// checkPool logs once, at a subscription's start, when the pool is smaller than what a subscription of this relay
+// holds at once (stagehand.PoolSize). The relay still makes progress with a single connection (none of its
+// statements holds one while it waits for another), so this is a warning, not an error: its claims, marks and
+// renewals wait for each other, and for whatever else shares the pool.
+func (r *Relay) checkPool() {
+	partitions := r.s.Partitions
+	leader := r.s.LeaderElection != ""
+	need := stagehand.PoolSize(stagehand.PoolUse{RelaySubscriptions: 1, RelayPartitions: partitions,
+		RelayLeaderElection: leader})
+	have := int(r.o.pool.Config().MaxConns)
+	if have >= need || !r.poolWarned.CompareAndSwap(false, true) {
+		return
+	}
+	parts := fmt.Sprintf("claim 1 and mark 1 per partition × %d, upkeep 1", partitions)
+	if leader {
+		parts += ", leader lease 1"
+	}
+	r.s.Logger.Warn("stagehand: outbox relay's pool is smaller than what a relay subscription holds at once; its "+
+		"statements will wait for connections", "detail", fmt.Sprintf("pool MaxConns %d is below the %d "+
+		"connections this relay subscription holds at once (%s)", have, need, parts), "pool_max_conns", have,
+		"relay_conns", need)
+}

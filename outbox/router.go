@@ -2,6 +2,7 @@ package outbox
 
 import (
 	"context"
+	"fmt"
 	"maps"
 	"sync"
 
@@ -25,7 +26,9 @@ type RouterConfig struct {
 // was staged for, with the same UUID, payload and metadata. A publish error is recorded (RecordError) and the
 // message nacked, so the relay counts the attempt, or backs off without counting it when the broker is
 // unreachable. Run the router to run the relay; closing the router ends the handler's subscription (the relay itself
-// stays open until its own Close).
+// stays open until its own Close). A publish that fails after the subscription ended (a stopping router may have
+// closed the publisher) counts no attempt and logs no error: the message is released, for a later run. See the
+// outbox README's Lifecycle for the order in which to stop a router, a relay and a gochannel Pub/Sub.
 func (r *Relay) AddToRouter(router *message.Router, pub message.Publisher, cfg *RouterConfig) *message.Handler {
 	var c RouterConfig
 	if cfg != nil {
@@ -50,6 +53,14 @@ func (r *Relay) AddToRouter(router *message.Router, pub message.Publisher, cfg *
 	inner := h
 	recorder := func(msg *message.Message) ([]*message.Message, error) {
 		produced, err := inner(msg)
+		if err != nil && msg.Context().Err() != nil {
+			// The relay subscription ended while the message was being published (the router is stopping,
+			// and may have closed the publisher too: a gochannel Pub/Sub it consumes). The relay releases the
+			// message without counting an attempt; the error goes back as a cancellation, which the router does
+			// not log.
+			return nil, fmt.Errorf("outbox: relay subscription ended during the publish (%w): %w", context.Canceled,
+				err)
+		}
 		if err != nil {
 			RecordError(msg, err)
 		}

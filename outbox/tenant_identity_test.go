@@ -5,6 +5,7 @@ import (
 	"errors"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/jackc/pgx/v5"
@@ -110,7 +111,7 @@ func TestTenantMessageIdentityInbox(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
 	ctx := context.Background()
-	in, err := e.ob.NewInbox(&outbox.InboxConfig{MaxAttempts: 2})
+	in, err := e.ob.NewInbox(&outbox.InboxConfig{MaxAttempts: 2, RetryDelay: time.Millisecond})
 	require.NoError(t, err)
 	var (
 		mu      sync.Mutex
@@ -143,7 +144,7 @@ func TestTenantMessageIdentityInbox(t *testing.T) {
 	for _, tenant := range []string{acme, globex} {
 		m := msgFor(tenant, "flaky")
 		m.Metadata.Set("fail", "yes")
-		require.Error(t, h(m), tenant)
+		requireRetried(t, h(m), m, tenant)
 	}
 	st, err := e.ob.AllTenants().InboxStats(ctx)
 	require.NoError(t, err)
@@ -152,7 +153,7 @@ func TestTenantMessageIdentityInbox(t *testing.T) {
 	for _, tenant := range []string{acme, globex} { // the second failure dead-letters each
 		m := msgFor(tenant, "flaky")
 		m.Metadata.Set("fail", "yes")
-		require.NoError(t, h(m), tenant)
+		requireSettled(t, h(m), m, tenant)
 	}
 	pgtest.Exec(t, e.pool, `UPDATE `+pgtest.Q(e.schema, "inbox_dead_letters")+` SET dead_at = now()`)
 	var paged []string

@@ -57,7 +57,7 @@ func TestPerKeyOrderAtTheHandler(t *testing.T) {
 		total   int
 		done    = make(chan struct{})
 	)
-	in, err := ob.NewInbox(&outbox.InboxConfig{MaxAttempts: 100})
+	in, err := ob.NewInbox(&outbox.InboxConfig{MaxAttempts: 100, RetryDelay: time.Millisecond})
 	require.NoError(t, err)
 	h := in.Handler("ordered", func(_ context.Context, _ pgx.Tx, _ *outbox.Publisher, msg *message.Message) error {
 		if rand.Float64() < 0.15 {

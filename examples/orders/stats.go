@@ -84,7 +84,7 @@ type deliveryKey struct{}
 //     database, once);
 //   - the inbox found the (message ID, handler) pair already recorded and skipped the handler: a duplicate
 //     suppressed;
-//   - the handler failed and the error went back to the router: the message is nacked and comes again;
+//   - the handler failed and the inbox nacked the message after its retry delay: it comes again;
 //   - the handler failed for good (outbox.Permanent, or its attempts used up): the inbox dead-lettered it.
 //
 // after, when set, runs after each message handled.
@@ -109,7 +109,7 @@ func (s *stats) consumer(inbox *outbox.Inbox, name string, h outbox.HandlerFunc,
 		switch {
 		case !s.ours(msg):
 			s.otherRuns++
-		case err != nil:
+		case err != nil || nacked(msg):
 			s.failed++
 		case !d.ran:
 			s.suppressed++
@@ -122,7 +122,7 @@ func (s *stats) consumer(inbox *outbox.Inbox, name string, h outbox.HandlerFunc,
 				s.latency[typ] = append(s.latency[typ], handledAt.Sub(at))
 			}
 		}
-		if err == nil && d.ran && d.ok && after != nil {
+		if err == nil && !nacked(msg) && d.ran && d.ok && after != nil {
 			after()
 		}
 		return err
@@ -220,5 +220,16 @@ func (b *bar) finish() {
 	if b != nil {
 		_ = b.pb.Exit()
 		fmt.Fprintln(b.out)
+	}
+}
+
+// nacked reports whether the inbox nacked msg for a redelivery (it does so itself after a failed attempt, and
+// returns nil).
+func nacked(msg *message.Message) bool {
+	select {
+	case <-msg.Nacked():
+		return true
+	default:
+		return false
 	}
 }

@@ -202,6 +202,11 @@ func run(ctx context.Context, out io.Writer, cfg config) (*summary, error) {
 		if err := apply(msg); err != nil {
 			return err
 		}
+		select {
+		case <-msg.Nacked(): // the inbox retries it (after its RetryDelay): nothing was committed
+			return nil
+		default:
+		}
 		if chance(cfg.nackRate) { // as if the acknowledgement were lost: the broker delivers it again, the inbox skips it
 			atomic.AddInt64(&sum.nacked, 1)
 			return errors.New("nacked on purpose after the inbox committed")

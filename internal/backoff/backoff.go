@@ -6,6 +6,7 @@ package backoff
 import (
 	"context"
 	"math"
+	"math/rand/v2"
 	"time"
 )
 
@@ -69,6 +70,14 @@ func Fraction(d time.Duration, f float64) time.Duration {
 		return d
 	}
 	return time.Duration(x)
+}
+
+// Jittered is floor plus a random fraction of it, up to jitter (0 to 1), capped by limit but never below floor: the
+// delay of a retry whose deterministic part is floor, spread so that retries of many messages do not fall due
+// together.
+func Jittered(floor, limit time.Duration, jitter float64) time.Duration {
+	extra := Fraction(floor, rand.Float64()*jitter)
+	return max(floor, min(Add(floor, extra), limit))
 }
 
 // Sleep waits for d, or until ctx ends, and reports whether the whole d passed.

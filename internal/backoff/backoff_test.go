@@ -45,3 +45,20 @@ func TestAddMulFractionSaturate(t *testing.T) {
 	require.Zero(t, backoff.Fraction(time.Second, math.NaN()))
 	require.Zero(t, backoff.Fraction(time.Second, -1))
 }
+
+func TestJitteredStaysBetweenFloorAndLimit(t *testing.T) {
+	t.Parallel()
+	spread := false
+	for range 200 {
+		d := backoff.Jittered(time.Second, time.Hour, 0.5)
+		require.GreaterOrEqual(t, d, time.Second)
+		require.LessOrEqual(t, d, 1500*time.Millisecond)
+		spread = spread || d != time.Second
+	}
+	require.True(t, spread, "a jitter adds something at random")
+	for range 50 {
+		require.Equal(t, time.Hour, backoff.Jittered(time.Hour, time.Hour, 1), "capped at the limit")
+		require.Equal(t, backoff.Max, backoff.Jittered(backoff.Max, backoff.Max, 1), "no overflow")
+		require.Equal(t, time.Second, backoff.Jittered(time.Second, time.Second/2, 1), "never below the floor")
+	}
+}

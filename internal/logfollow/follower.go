@@ -29,8 +29,9 @@ type Follower struct {
 	table   string
 	filter  string
 
-	running atomic.Bool
-	wake    chan struct{}
+	running    atomic.Bool
+	poolWarned atomic.Bool // the pool's shortfall is logged once
+	wake       chan struct{}
 }
 
 // New returns a Follower that reads store and keeps its checkpoint (and takes its lease) on pool. store may be
@@ -47,6 +48,9 @@ func New(pool *pgxpool.Pool, store eventstore.Store, h Handler, cfg *Config) (*F
 	}
 	c, err := cfg.withDefaults()
 	if err != nil {
+		return nil, err
+	}
+	if err := CheckPool(pool, store, 1); err != nil {
 		return nil, err
 	}
 	leases, err := lease.New(pool, &lease.Config{Schema: c.Schema, Owner: c.Owner, TTL: c.LeaseTTL,
@@ -83,6 +87,11 @@ func (f *Follower) Run(ctx context.Context) error {
 		return f.errorf("%w", ErrAlreadyRunning)
 	}
 	defer f.running.Store(false)
+	if short := f.poolShortfall(); short != "" && f.poolWarned.CompareAndSwap(false, true) {
+		f.cfg.Logger.WarnContext(ctx, "stagehand: log follower's pool is smaller than what it holds at once; its "+
+			"statements will wait for connections, and a lease renewal that waits too long loses the lease",
+			"name", f.cfg.Name, "detail", short)
+	}
 	var notified <-chan struct{}
 	if n, ok := f.store.(notifier); ok && !f.cfg.DisableListen && n.Pool() != nil {
 		w, stop := pgnotify.Listen(ctx, n.Pool(), n.NotifyChannel(), f.cfg.ReconnectDelay, f.cfg.Logger)

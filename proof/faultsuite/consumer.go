@@ -57,7 +57,10 @@ func startConsumers(ctx context.Context, pool *pgxpool.Pool, ob *outbox.Outbox, 
 		// Failures counted while PostgreSQL restarts or the broker is away are not the message's fault; a
 		// restart can fail a delivery a few times. Far more than that is needed to dead-letter it.
 		MaxAttempts: 20,
-		Logger:      logger,
+		// Retries wait (doubling) so a restart has time to end, but briefly: the suite measures recovery.
+		RetryDelay:    50 * time.Millisecond,
+		MaxRetryDelay: time.Second,
+		Logger:        logger,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("faultsuite: inbox: %w", err)
@@ -101,6 +104,9 @@ func startConsumers(ctx context.Context, pool *pgxpool.Pool, ob *outbox.Outbox, 
 		case err != nil:
 			c.counts.failed.Add(1)
 			return err
+		case isNacked(msg): // the inbox nacked it after a failed attempt: redelivered
+			c.counts.failed.Add(1)
+			return nil
 		case !ran.Load():
 			c.counts.suppressed.Add(1)
 		default:
@@ -145,4 +151,14 @@ func (c *consumers) stop() {
 	case <-time.After(30 * time.Second):
 	}
 	_ = c.sub.Close()
+}
+
+// isNacked reports whether msg was nacked (the inbox nacks a message it retries, and returns nil).
+func isNacked(msg *message.Message) bool {
+	select {
+	case <-msg.Nacked():
+		return true
+	default:
+		return false
+	}
 }

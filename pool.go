@@ -1,0 +1,54 @@
+package stagehand
+
+// PoolUse counts the long-running stagehand components of one process that share one pgxpool.Pool, for PoolSize.
+// The outbox README's "Pool size" section explains every count.
+type PoolUse struct {
+	// RelaySubscriptions is the number of relay subscriptions: outbox.Relay.Subscribe and SubscribeTopics calls,
+	// and handlers added with Relay.AddToRouter (one subscription each while the router runs).
+	RelaySubscriptions int
+	// RelayPartitions is the relays' outbox.RelayConfig.Partitions; 0 means 1.
+	RelayPartitions int
+	// RelayLeaderElection reports whether the relays use outbox.RelayConfig.LeaderElection.
+	RelayLeaderElection bool
+	// Followers is the number of log followers reading an event store on this pool: one per projection partition
+	// (1 for an unpartitioned projection), Deferred stager and reconciler.
+	Followers int
+	// InboxHandlers is how many inbox-wrapped handler runs can be under way at once: one per router handler whose
+	// subscriber hands over one message at a time (gochannel does), more where a subscriber delivers several
+	// messages of one subscription concurrently.
+	InboxHandlers int
+	// Other is what the application holds at once besides: its own transactions (a repository Save or Update
+	// holds one connection while it runs, so count the concurrent requests that save), health checks, admin
+	// calls.
+	Other int
+}
+
+// Connections each component holds at once, the terms of PoolSize.
+const (
+	poolPerRelayPartition = 2 // a claim loop's claim and mark, which run concurrently
+	poolPerRelay          = 1 // row-lease renewals, vacuums, failure records and maintenance, which come and go
+	poolRelayLeader       = 1 // leader-lease renewals
+	poolPerFollower       = 3 // the batch's transaction, the next page's read, lease renewals
+	poolPerInboxHandler   = 1 // the handler's transaction
+)
+
+// PoolSize returns the pool size (pgxpool's MaxConns) at which the components counted by u never wait for each
+// other's connections:
+//
+//	RelaySubscriptions × (2 × RelayPartitions + 1 + (1 with RelayLeaderElection))
+//	+ 3 × Followers + InboxHandlers + Other
+//
+// A smaller pool still works above a floor, with statements queuing for connections (latency, and lease renewals
+// that may arrive late); below the floor, followers block each other: Followers + 1, since each holds its batch's
+// transaction while it waits for its next page's read. Negative counts count as 0. The LISTEN connections of relays
+// and followers are opened beside the pool (one per relay subscription and per follower, unless notifications are
+// disabled): the server's max_connections must hold them too.
+func PoolSize(u PoolUse) int {
+	partitions := max(1, u.RelayPartitions)
+	relay := poolPerRelayPartition*partitions + poolPerRelay
+	if u.RelayLeaderElection {
+		relay += poolRelayLeader
+	}
+	return max(0, u.RelaySubscriptions)*relay + poolPerFollower*max(0, u.Followers) +
+		poolPerInboxHandler*max(0, u.InboxHandlers) + max(0, u.Other)
+}
