@@ -13,9 +13,10 @@ type PoolUse struct {
 	// Followers is the number of log followers reading an event store on this pool: one per projection partition
 	// (1 for an unpartitioned projection), Deferred stager and reconciler.
 	Followers int
-	// InboxHandlers is how many inbox-wrapped handler runs can be under way at once: one per router handler whose
-	// subscriber hands over one message at a time (gochannel does), more where a subscriber delivers several
-	// messages of one subscription concurrently.
+	// InboxHandlers is how many inbox-wrapped handler runs can be under way at once. A Watermill router runs each
+	// message its subscriber hands over in a goroutine of its own, so this is what the subscribers have in flight:
+	// a broker's prefetch or max-ack-pending per subscription; on gochannel with BlockPublishUntilSubscriberAck,
+	// what its publishers have in flight (a relay's MaxDegreeOfParallelism); on gochannel without it, no bound.
 	InboxHandlers int
 	// Other is what the application holds at once besides: its own transactions (a repository Save or Update
 	// holds one connection while it runs, so count the concurrent requests that save), health checks, admin

@@ -22,8 +22,8 @@ func TestPoolSize(t *testing.T) {
 			RelayLeaderElection: true}, 10},
 		{"two subscriptions", stagehand.PoolUse{RelaySubscriptions: 2, RelayPartitions: 2}, 10},
 		{"a projection", stagehand.PoolUse{Followers: 1}, 3},
-		{"the library-loans service", stagehand.PoolUse{RelaySubscriptions: 1, Followers: 1, InboxHandlers: 2,
-			Other: 4}, 12},
+		{"the library-loans service", stagehand.PoolUse{RelaySubscriptions: 1, Followers: 1, InboxHandlers: 4,
+			Other: 4}, 14},
 		{"negative counts count nothing", stagehand.PoolUse{RelaySubscriptions: -1, Followers: -2,
 			InboxHandlers: -3, Other: -4}, 0},
 	} {

@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/stagehand-es/stagehand"
 	"github.com/stagehand-es/stagehand/aggregate"
 	"github.com/stagehand-es/stagehand/eventstore"
 	"github.com/stagehand-es/stagehand/internal/pgtest"
@@ -20,15 +21,10 @@ import (
 	"github.com/stagehand-es/stagehand/projection"
 )
 
-// Pool sizing of the service below. The documentation states what a relay needs (outbox/README.md, Partitions:
-// MaxConns ≥ Partitions + 2) and what a projection holds (docs/capacity.md: a listening connection per partition,
-// one per partition it leads while it applies a batch, and one for the page it reads ahead). An inbox handler
-// holds one connection, its transaction's, and nothing more while it is open.
+// The service below runs on the pool stagehand.PoolSize gives for it (the documented formula): one relay
+// subscription, one projection and restartHandlers inbox handler runs at once, nothing else.
 const (
 	restartHandlers = 4
-	// restartOverhead is what the pool needs beside the handlers' transactions: the relay (one partition) and the
-	// projection (one partition) as documented.
-	restartOverhead = (1 + 2) + 3
 	restartRuns     = 20
 	restartBacklog  = 8 // messages staged before each start
 	restartRunLimit = 20 * time.Second
@@ -101,7 +97,8 @@ func runService(t *testing.T, schema string, reg *aggregate.Registry, run int) {
 	t.Helper()
 	cfg, err := pgxpool.ParseConfig(pgtest.URL(t))
 	require.NoError(t, err)
-	cfg.MaxConns = restartHandlers + restartOverhead
+	cfg.MaxConns = int32(stagehand.PoolSize(stagehand.PoolUse{RelaySubscriptions: 1, Followers: 1,
+		InboxHandlers: restartHandlers}))
 	deadline, cancelDeadline := context.WithTimeout(context.Background(), restartRunLimit)
 	defer cancelDeadline()
 	pool, err := pgxpool.NewWithConfig(deadline, cfg)
@@ -118,7 +115,9 @@ func runService(t *testing.T, schema string, reg *aggregate.Registry, run int) {
 
 	relay, err := ob.NewRelay(&outbox.RelayConfig{PollingInterval: 50 * time.Millisecond})
 	require.NoError(t, err)
-	broker := gochannel.NewGoChannel(gochannel.Config{Persistent: true}, nil)
+	// As the docs set gochannel up: the relay's publish waits for the handlers' acknowledgement, so at most its
+	// MaxDegreeOfParallelism (4, restartHandlers) handler runs are under way at once.
+	broker := gochannel.NewGoChannel(gochannel.Config{Persistent: true, BlockPublishUntilSubscriberAck: true}, nil)
 	router, err := message.NewRouter(message.RouterConfig{CloseTimeout: 5 * time.Second}, nil)
 	require.NoError(t, err)
 	relay.AddToRouter(router, broker, nil)

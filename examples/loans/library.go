@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/stagehand-es/stagehand"
 	"github.com/stagehand-es/stagehand/aggregate"
 	"github.com/stagehand-es/stagehand/eventstore"
 	"github.com/stagehand-es/stagehand/outbox"
@@ -95,6 +96,13 @@ func Open(pool *pgxpool.Pool, schema string, broker Broker, logger *slog.Logger)
 		return nil, err
 	}
 	return l, nil
+}
+
+// PoolSize is the connections the service's pool must hold (stagehand.PoolSize): one relay subscription, one
+// projection, inbox handler runs up to the relay's MaxDegreeOfParallelism (4: gochannel hands the handlers what the
+// relay publishes, one message per publish), and up to four Lend or Return calls at once.
+func PoolSize() int {
+	return stagehand.PoolSize(stagehand.PoolUse{RelaySubscriptions: 1, Followers: 1, InboxHandlers: 4, Other: 4})
 }
 
 // Lend opens a loan of book to member, due at due, and returns its ID.

@@ -125,14 +125,15 @@ func newBroker(logger *slog.Logger) *gochannel.GoChannel {
 		watermill.NewSlogLogger(logger))
 }
 
-// openPool opens a pool whose connections use schema first, so the service's unqualified table names are its
-// schema's.
+// openPool opens a pool the size the service needs, whose connections use schema first, so the service's
+// unqualified table names are its schema's.
 func openPool(ctx context.Context, url, schema string) (*pgxpool.Pool, error) {
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		return nil, err
 	}
 	cfg.ConnConfig.RuntimeParams["search_path"] = schema
+	cfg.MaxConns = int32(PoolSize())
 	return pgxpool.NewWithConfig(ctx, cfg)
 }
 
