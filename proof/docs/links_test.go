@@ -1,17 +1,20 @@
 package docs_test
 
 import (
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
+	"unicode"
 )
 
-var mdLink = regexp.MustCompile(`\]\(([^)#\s]+)(#[^)\s]*)?\)`)
+var mdLink = regexp.MustCompile(`\]\(([^)#\s]*)(#[^)\s]*)?\)`)
 
-// Every relative link in a Markdown file points to a file or directory of the repository.
+// Every relative link in a Markdown file points to a file or directory of the repository, and a link to a
+// section of a Markdown file (its own, or another's) names a heading that file has.
 func TestMarkdownLinksResolve(t *testing.T) {
 	root := repoRoot(t)
 	links := 0
@@ -28,14 +31,76 @@ func TestMarkdownLinksResolve(t *testing.T) {
 				}
 				links++
 				p := filepath.Join(root, filepath.Dir(md), filepath.FromSlash(target))
+				if target == "" {
+					p = filepath.Join(root, md)
+				}
 				if _, err := os.Stat(p); err != nil {
 					t.Errorf("%s:%d: the link to %s points to nothing in the repository", md, i+1, target)
+					continue
+				}
+				if anchor := strings.TrimPrefix(m[2], "#"); anchor != "" && strings.HasSuffix(p, ".md") &&
+					!headingAnchors(t, p)[anchor] {
+					t.Errorf("%s:%d: the link to %s#%s names no heading of that file", md, i+1, target, anchor)
 				}
 			}
 		}
 	}
 	if links == 0 {
 		t.Fatal("no relative links found: the check would prove nothing")
+	}
+}
+
+// headingAnchors returns the anchors of a Markdown file's headings, as its renderer makes them: lower case, spaces
+// as hyphens, punctuation other than hyphens and underscores dropped, a repeated anchor numbered (-1, -2, ...).
+func headingAnchors(t *testing.T, path string) map[string]bool {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]bool{}
+	inFence := false
+	for _, l := range strings.Split(string(data), "\n") {
+		if strings.HasPrefix(l, "```") {
+			inFence = !inFence
+		}
+		h, ok := strings.CutPrefix(strings.TrimLeft(l, "#"), " ")
+		if inFence || !ok || !strings.HasPrefix(l, "#") {
+			continue
+		}
+		var b strings.Builder
+		for _, r := range strings.ToLower(strings.TrimSpace(h)) {
+			switch {
+			case r == ' ':
+				b.WriteRune('-')
+			case r == '-' || r == '_' || unicode.IsLetter(r) || unicode.IsDigit(r):
+				b.WriteRune(r)
+			}
+		}
+		a := b.String()
+		for n := 1; out[a]; n++ {
+			a = fmt.Sprintf("%s-%d", b.String(), n)
+		}
+		out[a] = true
+	}
+	return out
+}
+
+// The anchors of headings follow the renderer's rule, including a repeated heading and punctuation.
+func TestHeadingAnchors(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "a.md")
+	text := "# Title\n## `outbox.Config` and *more*: yes\n```sh\n# not a heading\n```\n## Title\n### A-b_c d\n"
+	if err := os.WriteFile(p, []byte(text), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	got := headingAnchors(t, p)
+	for _, want := range []string{"title", "outboxconfig-and-more-yes", "title-1", "a-b_c-d"} {
+		if !got[want] {
+			t.Errorf("no anchor %q in %v", want, got)
+		}
+	}
+	if got["not-a-heading"] || len(got) != 4 {
+		t.Errorf("anchors %v: want exactly four, none from the fenced block", got)
 	}
 }
 
