@@ -72,7 +72,7 @@ func (e *NotIdleError) Error() string {
 // IdleConfig.Timeout, or at once when something failed for good.
 func WaitIdle(tb testing.TB, db DB, schema string, cfg *IdleConfig) {
 	tb.Helper()
-	if err := Idle(context.Background(), db, schema, cfg); err != nil {
+	if err := Idle(tb.Context(), db, schema, cfg); err != nil {
 		tb.Fatalf("%v", err)
 	}
 }

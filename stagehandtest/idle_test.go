@@ -126,6 +126,11 @@ func (p *pipeline) run(t *testing.T) {
 		BatchSize: 1})
 	require.NoError(t, err)
 	goRun(proj.Run)
+	// A projection whose filter leaves every event out still reaches the head.
+	none, err := projection.New(p.pool, p.store, view, &projection.Config{Name: "filtered", Schema: p.schema,
+		EventTypes: []string{"loan.closed"}})
+	require.NoError(t, err)
+	goRun(none.Run)
 
 	m := staging.NewMapping(p.reg)
 	require.NoError(t, staging.Map(m, "loan.opened", func(_ eventstore.Record, e LoanOpened) ([]staging.Message,
@@ -198,7 +203,7 @@ func TestWaitIdleWaitsForTheWholePipeline(t *testing.T) {
 		}
 		p.open(t, ids...)
 		stagehandtest.WaitIdle(t, p.pool, p.schema, &stagehandtest.IdleConfig{
-			Handlers: map[string][]string{"loans": {"notify"}}, Followers: []string{"loans", "stager:default"},
+			Handlers: map[string][]string{"loans": {"notify"}}, Followers: []string{"loans", "filtered", "stager:default"},
 			Timeout: 30 * time.Second})
 		require.Equal(t, 8*(round+1), p.count(t, "loans_view"), "the read model is up to date")
 		require.Equal(t, 8*(round+1), p.count(t, "notified"), "every message is handled")
