@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/stagehand-es/stagehand"
 	"github.com/stagehand-es/stagehand/aggregate"
 	"github.com/stagehand-es/stagehand/eventstore"
 	"github.com/stagehand-es/stagehand/outbox"
@@ -278,6 +279,8 @@ func TestWaitIdleWaitsForANamedFollower(t *testing.T) {
 	require.Contains(t, rec.msg, `follower "loans" has no checkpoint yet`)
 	// With nothing appended, staged or named, the schema is idle at once.
 	stagehandtest.WaitIdle(t, p.pool, p.schema, nil)
+	err := stagehandtest.Idle(context.Background(), p.pool, strings.Repeat("s", 64), nil)
+	require.ErrorIs(t, err, stagehand.ErrInvalidConfig)
 }
 
 type rejecting struct{}
