@@ -22,6 +22,10 @@ type ConfigError struct {
 	Field string
 	// Reason is the rule the value breaks.
 	Reason string
+	// Err is the error of the check that refused the value, when there is one: a *TenantError for a tenant, so
+	// errors.Is(err, ErrInvalidTenant) holds for a refused tenant at a constructor as at every other entry point.
+	// Optional.
+	Err error
 }
 
 func (e *ConfigError) Error() string {
@@ -41,3 +45,6 @@ func (e *ConfigError) Error() string {
 
 // Is makes errors.Is(err, ErrInvalidConfig) true.
 func (e *ConfigError) Is(target error) bool { return target == ErrInvalidConfig }
+
+// Unwrap returns Err.
+func (e *ConfigError) Unwrap() error { return e.Err }

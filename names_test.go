@@ -10,6 +10,7 @@ import (
 
 	"github.com/stagehand-es/stagehand"
 	"github.com/stagehand-es/stagehand/aggregate"
+	"github.com/stagehand-es/stagehand/console"
 	"github.com/stagehand-es/stagehand/eventstore"
 	"github.com/stagehand-es/stagehand/internal/pgtest"
 	"github.com/stagehand-es/stagehand/outbox"
@@ -151,6 +152,44 @@ func TestEveryEntryPointRefusesAnInvalidSchemaAlike(t *testing.T) {
 		for _, bad := range []string{"a\x00b", "bad\xff", "tab\tname"} {
 			err := c.run(bad)
 			require.ErrorIs(t, err, stagehand.ErrInvalidConfig, "%s(%q)", c.name, bad)
+		}
+	}
+}
+
+// A tenant no entry point accepts matches stagehand.ErrInvalidTenant wherever it is given: at a constructor (which
+// also returns its *ConfigError naming the field) as in a read, a filter, a staged message or an operator's scope.
+func TestARefusedTenantMatchesErrInvalidTenantEverywhere(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool, schema := pgtest.Migrated(t)
+	store := eventstore.NewMemory(nil)
+	noop := projection.HandlerFunc(func(context.Context, pgx.Tx, projection.Event) error { return nil })
+	ob, err := outbox.New(pool, &outbox.Config{Schema: schema})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = ob.Close() })
+	for _, bad := range []string{"a\x00b", "tab\tin", strings.Repeat("t", stagehand.MaxTenantLen+1)} {
+		constructors := map[string]error{}
+		_, constructors["projection.New"] = projection.New(pool, store, noop,
+			&projection.Config{Name: "p", Schema: schema, Tenants: []string{bad}})
+		_, constructors["console.New"] = console.New(&console.Config{Pool: pool, Schema: schema, Tenant: &bad})
+		for name, err := range constructors {
+			require.ErrorIs(t, err, stagehand.ErrInvalidConfig, name)
+			require.ErrorIs(t, err, stagehand.ErrInvalidTenant, name)
+			var te *stagehand.TenantError
+			require.ErrorAs(t, err, &te, name)
+		}
+		others := map[string]error{}
+		_, others["eventstore.ReadLog"] = store.ReadLog(ctx, eventstore.LogQuery{Tenants: []string{bad}})
+		_, others["projection.ParseTopic"] = projection.ParseTopic(projection.Topic(projection.Filter{
+			Tenants: []string{bad}}))
+		_, others["projection.ListParkedPage"] = projection.ListParkedPage(ctx, pool, schema,
+			projection.ParkedQuery{Tenants: []string{bad}})
+		_, others["staging.ListParkedWorkPage"] = staging.ListParkedWorkPage(ctx, pool, schema,
+			staging.ParkedWorkQuery{Tenants: []string{bad}})
+		_, others["outbox.Stage"] = ob.Stage(ctx, outbox.Message{ID: "m", Topic: "t", Tenant: bad, Payload: []byte("x")})
+		_, others["outbox.Tenant"] = ob.Tenant(bad).Stats(ctx)
+		for name, err := range others {
+			require.ErrorIs(t, err, stagehand.ErrInvalidTenant, name)
 		}
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"sync"
 
 	"github.com/stagehand-es/stagehand/eventstore"
+	"github.com/stagehand-es/stagehand/internal/names"
 )
 
 // Codec encodes and decodes event payloads. The PostgreSQL store keeps payloads in a jsonb column, so a codec used
@@ -114,6 +115,15 @@ type EventOption func(*eventType)
 // converted by upcasters registered with RegisterUpcaster.
 func Version(v int) EventOption { return func(e *eventType) { e.version = v } }
 
+// typeName returns why name cannot be an event or stream type (the event store refuses it on every append: more
+// than eventstore.MaxTypeLen bytes, invalid UTF-8, a control character), or "".
+func typeName(name string) string {
+	if len(name) > eventstore.MaxTypeLen {
+		return fmt.Sprintf("is %d bytes, longer than %d", len(name), eventstore.MaxTypeLen)
+	}
+	return names.Text(name)
+}
+
 // RegisterEvent registers the event type E under a stable name. Raise values of E (not pointers).
 func RegisterEvent[E any](r *Registry, name string, opts ...EventOption) error {
 	typ := reflect.TypeFor[E]()
@@ -126,6 +136,9 @@ func RegisterEvent[E any](r *Registry, name string, opts ...EventOption) error {
 	switch {
 	case strings.TrimSpace(name) == "":
 		return r.fail(fmt.Errorf("%w: event type %s needs a non-empty name", ErrRegistration, typ))
+	case typeName(name) != "":
+		return r.fail(fmt.Errorf("%w: event type %s: name %q %s", ErrRegistration, typ, names.Cut(name, 64),
+			typeName(name)))
 	case typ.Kind() == reflect.Pointer:
 		return r.fail(fmt.Errorf("%w: event %q is registered as the pointer type %s: register the value type "+
 			"(RegisterEvent[%s]) and raise %s values; stored events load as values", ErrRegistration, name, typ,
@@ -156,6 +169,10 @@ func RegisterAggregate[A Aggregate](r *Registry, name string, newFn func(id stri
 	defer r.mu.Unlock()
 	if strings.TrimSpace(name) == "" {
 		return r.fail(fmt.Errorf("%w: aggregate type %s needs a non-empty name", ErrRegistration, typ))
+	}
+	if reason := typeName(name); reason != "" {
+		return r.fail(fmt.Errorf("%w: aggregate type %s: name %q %s", ErrRegistration, typ, names.Cut(name, 64),
+			reason))
 	}
 	if newFn == nil {
 		return r.fail(fmt.Errorf("%w: aggregate %q needs a constructor", ErrRegistration, name))

@@ -132,7 +132,8 @@ func (c *Config) withDefaults() (Config, error) {
 	if s.Tenant != nil {
 		t := stagehand.NormalizeTenant(*s.Tenant)
 		if err := stagehand.ValidateTenant(t); err != nil {
-			return bad("Tenant", "Tenant is not accepted: %v.", err)
+			return Config{}, &ConfigError{Package: "console", Field: "Tenant",
+				Reason: fmt.Sprintf("Tenant is not accepted: %v.", err), Err: err}
 		}
 		s.Tenant = &t
 	}

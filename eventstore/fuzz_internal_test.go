@@ -1,27 +1,46 @@
 package eventstore
 
 import (
+	"encoding/json"
 	"errors"
+	"maps"
 	"testing"
 	"time"
+
+	"github.com/stagehand-es/stagehand/internal/jsonmeta"
 )
 
 // FuzzFinishRecord: any metadata column either reads (non-string values as JSON text) or fails with a
-// *RecordError naming the event; none panics.
+// *RecordError naming the event; none panics. The event store and the outbox read by one rule: a column the store
+// refuses is exactly one the outbox's reader keeps under jsonmeta.InvalidKey, and one it reads, the outbox reads
+// the same.
 func FuzzFinishRecord(f *testing.F) {
 	for _, s := range []string{`{"retries": 1}`, `{"a": "b"}`, `[1, 2]`, `null`, `"x"`, `{"n": {"x": [1, null]}}`,
-		`{"\u20ac": "\u0000"}`, `{`, ``} {
+		`{"\u20ac": "\u0000"}`, `{`, ``, `42`, `[]`, `1`, `""`, `{}`, ` {} `, `420`, `["x", 1]`, `true`} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, meta []byte) {
 		r := Record{Position: 7, StreamID: "s", Version: 2}
 		err := finishRecord(&r, meta)
-		if err == nil {
+		if err != nil {
+			var re *RecordError
+			if !errors.As(err, &re) || !errors.Is(err, ErrCorruptRecord) || re.Record.Position != 7 {
+				t.Fatalf("untyped or unnamed error %T: %v", err, err)
+			}
+		}
+		if !json.Valid(meta) {
 			return
 		}
-		var re *RecordError
-		if !errors.As(err, &re) || !errors.Is(err, ErrCorruptRecord) || re.Record.Position != 7 {
-			t.Fatalf("untyped or unnamed error %T: %v", err, err)
+		var outbox jsonmeta.Map
+		if uerr := json.Unmarshal(meta, &outbox); uerr != nil {
+			t.Fatalf("the outbox cannot read valid JSON %q: %v", meta, uerr)
+		}
+		_, invalid := outbox[jsonmeta.InvalidKey]
+		switch {
+		case err != nil && !invalid:
+			t.Fatalf("the store refuses %q, the outbox reads it as %v", meta, outbox)
+		case err == nil && !maps.Equal(map[string]string(outbox), r.Metadata):
+			t.Fatalf("the store reads %q as %v, the outbox as %v", meta, r.Metadata, outbox)
 		}
 	})
 }

@@ -162,7 +162,7 @@ func New(pool *pgxpool.Pool, store eventstore.Store, h Handler, cfg *Config) (*P
 		if err != nil {
 			var fe *logfollow.ConfigError
 			if errors.As(err, &fe) {
-				return nil, &ConfigError{Package: "projection", Field: fe.Field, Reason: fe.Reason}
+				return nil, &ConfigError{Package: "projection", Field: fe.Field, Reason: fe.Reason, Err: fe.Err}
 			}
 			return nil, err
 		}

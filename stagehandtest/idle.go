@@ -9,6 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/stagehand-es/stagehand"
 	"github.com/stagehand-es/stagehand/internal/names"
 )
 
@@ -72,7 +73,7 @@ func (e *NotIdleError) Error() string {
 // IdleConfig.Timeout, or at once when something failed for good.
 func WaitIdle(tb testing.TB, db DB, schema string, cfg *IdleConfig) {
 	tb.Helper()
-	if err := Idle(context.Background(), db, schema, cfg); err != nil {
+	if err := Idle(tb.Context(), db, schema, cfg); err != nil {
 		tb.Fatalf("%v", err)
 	}
 }
@@ -90,14 +91,16 @@ func WaitIdle(tb testing.TB, db DB, schema string, cfg *IdleConfig) {
 //   - every message sent to a topic named in IdleConfig.Handlers (whenever it was sent) is recorded in the inbox
 //     as handled by each handler named for its topic.
 //
-// What is staged or appended after that is not waited for: call Idle again to wait for what handlers produced.
+// Events appended and outbox rows staged after that are not waited for (messages handlers stage, events they
+// append): call Idle again to wait for them.
 //
 // Something that failed for good ends the wait at once with Failed set: an outbox dead letter, an inbox dead
 // letter, an event parked by a projection or staging worker, a follower stopped on a failed event. Idle looks at
 // the whole schema for these, so a test that expects one resolves it (redrive, discard, replay) before waiting.
 //
 // It returns nil when idle, a *NotIdleError saying what is outstanding when IdleConfig.Timeout passes or
-// something failed, and ctx's error (or a database error) otherwise.
+// something failed, a *stagehand.ConfigError for a schema no stagehand entry point accepts, and ctx's error (or a
+// database error) otherwise.
 func Idle(ctx context.Context, db DB, schema string, cfg *IdleConfig) error {
 	var c IdleConfig
 	if cfg != nil {
@@ -110,7 +113,7 @@ func Idle(ctx context.Context, db DB, schema string, cfg *IdleConfig) error {
 		c.Interval = 10 * time.Millisecond
 	}
 	if reason := names.Schema(schema); reason != "" {
-		return fmt.Errorf("stagehandtest: idle: schema %s", reason)
+		return &stagehand.ConfigError{Package: "stagehandtest", Field: "schema", Reason: reason}
 	}
 	w := idleWait{db: db, schema: schema, cfg: c, snapshot: -1, called: time.Now()}
 	for topic, hs := range c.Handlers {

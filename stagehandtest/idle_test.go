@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/stagehand-es/stagehand"
 	"github.com/stagehand-es/stagehand/aggregate"
 	"github.com/stagehand-es/stagehand/eventstore"
 	"github.com/stagehand-es/stagehand/outbox"
@@ -126,6 +127,11 @@ func (p *pipeline) run(t *testing.T) {
 		BatchSize: 1})
 	require.NoError(t, err)
 	goRun(proj.Run)
+	// A projection whose filter leaves every event out still reaches the head.
+	none, err := projection.New(p.pool, p.store, view, &projection.Config{Name: "filtered", Schema: p.schema,
+		EventTypes: []string{"loan.closed"}})
+	require.NoError(t, err)
+	goRun(none.Run)
 
 	m := staging.NewMapping(p.reg)
 	require.NoError(t, staging.Map(m, "loan.opened", func(_ eventstore.Record, e LoanOpened) ([]staging.Message,
@@ -198,7 +204,7 @@ func TestWaitIdleWaitsForTheWholePipeline(t *testing.T) {
 		}
 		p.open(t, ids...)
 		stagehandtest.WaitIdle(t, p.pool, p.schema, &stagehandtest.IdleConfig{
-			Handlers: map[string][]string{"loans": {"notify"}}, Followers: []string{"loans", "stager:default"},
+			Handlers: map[string][]string{"loans": {"notify"}}, Followers: []string{"loans", "filtered", "stager:default"},
 			Timeout: 30 * time.Second})
 		require.Equal(t, 8*(round+1), p.count(t, "loans_view"), "the read model is up to date")
 		require.Equal(t, 8*(round+1), p.count(t, "notified"), "every message is handled")
@@ -293,6 +299,8 @@ func TestWaitIdleWaitsForANamedFollower(t *testing.T) {
 	require.Contains(t, rec.msg, `follower "loans" has no checkpoint yet`)
 	// With nothing appended, staged or named, the schema is idle at once.
 	stagehandtest.WaitIdle(t, p.pool, p.schema, nil)
+	err := stagehandtest.Idle(context.Background(), p.pool, strings.Repeat("s", 64), nil)
+	require.ErrorIs(t, err, stagehand.ErrInvalidConfig)
 }
 
 type rejecting struct{}

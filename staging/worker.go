@@ -155,7 +155,7 @@ func newWorker(kind string, store eventstore.Store, o *outbox.Outbox, m *Mapping
 		var ce *ConfigError
 		if errors.As(err, &ce) {
 			return nil, &ConfigError{Package: "staging", Component: workerName(kind, c.Name), Field: ce.Field,
-				Reason: ce.Reason}
+				Reason: ce.Reason, Err: ce.Err}
 		}
 		return nil, fmt.Errorf("staging: %s %q: %w", kind, c.Name, err)
 	}

@@ -157,7 +157,7 @@ func (c *Config) withDefaults() (Config, error) {
 	}
 	for _, t := range cfg.Tenants {
 		if err := stagehand.ValidateTenant(t); err != nil {
-			return cfg, &ConfigError{Field: "Tenants", Reason: err.Error()}
+			return cfg, &ConfigError{Field: "Tenants", Reason: err.Error(), Err: err}
 		}
 	}
 	cfg.Tenants = NormalizeTenants(cfg.Tenants)
