@@ -129,10 +129,10 @@ func runService(t *testing.T, schema string, reg *aggregate.Registry, run int) {
 		router.AddConsumerHandler(name, "joins", broker, inbox.Handler(name, func(ctx context.Context, tx pgx.Tx,
 			out *outbox.Publisher, msg *message.Message) error {
 			id := fmt.Sprintf("h%d-%s", h, msg.Payload)
-			m, err := repo.LoadTx(ctx, tx, id)
+			_, err := repo.LoadTx(ctx, tx, id)
 			switch {
 			case errors.Is(err, aggregate.ErrNotFound):
-				m = repo.New(id)
+				m := repo.New(id)
 				aggregate.Raise(m, memberJoined{})
 				err = repo.SaveTx(ctx, tx, m)
 			case err == nil:
