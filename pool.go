@@ -39,9 +39,9 @@ const (
 //	RelaySubscriptions × (2 × RelayPartitions + 1 + (1 with RelayLeaderElection))
 //	+ 3 × Followers + InboxHandlers + Other
 //
-// A smaller pool still works above a floor, with statements queuing for connections (latency, and lease renewals
-// that may arrive late); below the floor, followers block each other: Followers + 1, since each holds its batch's
-// transaction while it waits for its next page's read. Negative counts count as 0. The LISTEN connections of relays
+// A smaller pool still works, down to one connection, with statements queuing for connections (latency, and lease
+// renewals that may arrive late enough to lose a lease): no component holds one connection while it waits for
+// another. Negative counts count as 0. The LISTEN connections of relays
 // and followers are opened beside the pool (one per relay subscription and per follower, unless notifications are
 // disabled): the server's max_connections must hold them too.
 func PoolSize(u PoolUse) int {

@@ -117,13 +117,6 @@ func New(pool *pgxpool.Pool, store eventstore.Store, h Handler, cfg *Config) (*P
 				Reason: "has registration errors: " + err.Error()}
 		}
 	}
-	if err := logfollow.CheckPool(pool, store, c.Partitions); err != nil {
-		var fe *logfollow.ConfigError
-		if errors.As(err, &fe) {
-			return nil, &ConfigError{Package: "projection", Component: c.Name, Field: fe.Field, Reason: fe.Reason}
-		}
-		return nil, err
-	}
 	if c.Partitions > 1 {
 		// The partitions are spread over the processes running the projection: each leads at most its fair share.
 		mgr, err := lease.New(pool, &lease.Config{Schema: c.Schema, Owner: c.Owner, TTL: c.LeaseTTL,

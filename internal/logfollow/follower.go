@@ -50,9 +50,6 @@ func New(pool *pgxpool.Pool, store eventstore.Store, h Handler, cfg *Config) (*F
 	if err != nil {
 		return nil, err
 	}
-	if err := CheckPool(pool, store, 1); err != nil {
-		return nil, err
-	}
 	leases, err := lease.New(pool, &lease.Config{Schema: c.Schema, Owner: c.Owner, TTL: c.LeaseTTL,
 		RenewInterval: c.LeaseRenewInterval, AcquireInterval: c.LeaseAcquireInterval, Logger: c.Logger})
 	if err != nil {
