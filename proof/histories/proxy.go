@@ -50,6 +50,7 @@ type Proxy struct {
 	dropReq    int           // commit requests left to drop
 	cutMid     int           // server replies left to cut halfway
 	stats      ProxyStats
+	byApp      map[string]*AppFaults
 	wg         sync.WaitGroup
 	acceptDone chan struct{}
 }
@@ -92,6 +93,12 @@ type ProxyStats struct {
 	MessagesDelayed int // messages held back by SetDelay
 }
 
+// AppFaults counts the faults that hit the connections of one application_name.
+type AppFaults struct {
+	CommitReplies  int // commit replies withheld
+	CommitRequests int // commit requests withheld
+}
+
 // ProxyOptions configure NewProxy.
 type ProxyOptions struct {
 	// Seed seeds the jitter of SetDelay. Default 0 (a fixed sequence).
@@ -118,6 +125,7 @@ func NewProxy(target string, opts ProxyOptions) (*Proxy, error) {
 		ln:         ln,
 		logger:     logger,
 		links:      map[*link]struct{}{},
+		byApp:      map[string]*AppFaults{},
 		rng:        rand.New(rand.NewPCG(opts.Seed, opts.Seed^0x9e3779b97f4a7c15)),
 		healed:     make(chan struct{}),
 		acceptDone: make(chan struct{}),
@@ -131,6 +139,16 @@ func (p *Proxy) Addr() string { return p.ln.Addr().String() }
 
 // Port is the proxy's port.
 func (p *Proxy) Port() int { return p.ln.Addr().(*net.TCPAddr).Port }
+
+// FaultsOn returns the commit drops that hit connections whose startup named application_name app, so far.
+func (p *Proxy) FaultsOn(app string) AppFaults {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if f := p.byApp[app]; f != nil {
+		return *f
+	}
+	return AppFaults{}
+}
 
 // Stats returns what the proxy did so far.
 func (p *Proxy) Stats() ProxyStats {
@@ -281,8 +299,9 @@ func (p *Proxy) accept() {
 	}
 }
 
-// take consumes one armed fault counter under the lock: it reports whether it was armed.
-func (p *Proxy) take(counter *int, stat *int) bool {
+// take consumes one armed fault counter under the lock for l: it reports whether it was armed. appStat picks the
+// per-application counter to increment, if any.
+func (p *Proxy) take(l *link, counter *int, stat *int, appStat func(*AppFaults) *int) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if *counter == 0 {
@@ -291,6 +310,14 @@ func (p *Proxy) take(counter *int, stat *int) bool {
 	*counter--
 	*stat++
 	p.stats.Cut++
+	if appStat != nil {
+		f := p.byApp[l.app]
+		if f == nil {
+			f = &AppFaults{}
+			p.byApp[l.app] = f
+		}
+		*appStat(f)++
+	}
 	return true
 }
 
@@ -336,6 +363,7 @@ type link struct {
 	done           chan struct{}
 	closeOnce      sync.Once
 	halfOnce       sync.Once
+	app            string       // the application_name of the startup packet (set before the pumps start)
 	status         atomic.Int32 // the transaction status of the server's last ReadyForQuery: 'I', 'T' or 'E'
 	// stmts maps the prepared statements the client parsed to the kind of their SQL (client-to-server pump only).
 	stmts map[string]stmtKind
@@ -393,6 +421,7 @@ func (l *link) run() {
 	if _, err := l.server.Write(startup); err != nil {
 		return
 	}
+	l.app = startupParam(startup, "application_name")
 	if isCancelRequest(startup) {
 		_, _ = io.Copy(io.Discard, l.server) // the server closes after a cancel request
 		return
@@ -440,6 +469,26 @@ func (l *link) readStartup() ([]byte, error) {
 		}
 		return pkt, nil
 	}
+}
+
+// startupParam returns the value of parameter name in a startup packet ("" when absent).
+func startupParam(pkt []byte, name string) string {
+	if len(pkt) < 8 {
+		return ""
+	}
+	rest := pkt[8:]
+	for len(rest) > 0 {
+		var k, v string
+		k, rest = cstring(rest)
+		if k == "" {
+			return ""
+		}
+		v, rest = cstring(rest)
+		if k == name {
+			return v
+		}
+	}
+	return ""
 }
 
 func isCancelRequest(pkt []byte) bool {
@@ -527,7 +576,8 @@ func (l *link) clientToServer() {
 			commits = cycle == stmtCommit || (cycle == stmtWrite && l.status.Load() == 'I')
 			cycle = stmtOther
 		}
-		if commits && l.p.take(&l.p.dropReq, &l.p.stats.CommitRequests) {
+		if commits && l.p.take(l, &l.p.dropReq, &l.p.stats.CommitRequests,
+			func(f *AppFaults) *int { return &f.CommitRequests }) {
 			l.p.logger.Info("histories: proxy dropped a commit request and cut the connection")
 			l.close()
 			return
@@ -561,7 +611,7 @@ func (l *link) serverToClient() {
 			buffering, sawCommit, sawWrite = true, false, false
 			began = byte(l.status.Load())
 		}
-		if len(msg) >= 7 && l.p.take(&l.p.cutMid, &l.p.stats.CutMidStream) {
+		if len(msg) >= 7 && l.p.take(l, &l.p.cutMid, &l.p.stats.CutMidStream, nil) {
 			l.p.logger.Info("histories: proxy cut a server message halfway")
 			if l.flush(pending) && l.p.hold(l, ServerToClient) {
 				_, _ = l.client.Write(msg[:len(msg)/2])
@@ -597,7 +647,8 @@ func (l *link) serverToClient() {
 			continue
 		}
 		committed := len(msg) >= 6 && msg[5] == 'I' && (sawCommit || (sawWrite && began == 'I'))
-		if committed && l.p.take(&l.p.dropReply, &l.p.stats.CommitReplies) {
+		if committed && l.p.take(l, &l.p.dropReply, &l.p.stats.CommitReplies,
+			func(f *AppFaults) *int { return &f.CommitReplies }) {
 			l.p.logger.Info("histories: proxy dropped a commit reply and cut the connection")
 			l.close()
 			return

@@ -45,6 +45,11 @@ func connect(t *testing.T, p *histories.Proxy) *pgx.Conn {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if strings.Contains(u, "?") {
+		u += "&application_name=proxy-test"
+	} else {
+		u += "?application_name=proxy-test"
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	c, err := pgx.Connect(ctx, u)
@@ -144,6 +149,9 @@ func TestProxyDropCommitReply(t *testing.T) {
 	})
 	if s := p.Stats(); s.CommitReplies != 2 {
 		t.Fatalf("%d commit replies dropped, want 2", s.CommitReplies)
+	}
+	if f := p.FaultsOn("proxy-test"); f.CommitReplies != 2 || f.CommitRequests != 0 {
+		t.Fatalf("faults on the test's application %+v, want 2 commit replies dropped", f)
 	}
 }
 
