@@ -19,8 +19,10 @@ import (
 //
 // An appended OK took effect at one instant between its invocation and completion: the stream was at the expected
 // version (unless the append expected any version), and is now at the returned version, holding its events. A
-// conflict took no effect, and a plain one (no Reason: a failed version check) saw another version; a conflict
-// with a Reason (a serialization failure, a deadlock) and every other failure took no effect whatever the version.
+// conflict took no effect, and a plain one (no Reason: a failed version check) of an exact expectation saw another
+// version; a conflict with a Reason (a serialization failure, a deadlock), a conflict of an append that expected
+// any version (the store gives up when concurrent appends keep winning: at once in AppendWith, whose transaction
+// cannot retry, after 20 tries elsewhere) and every other failure took no effect whatever the version.
 // An Info append is possibly applied (as Jepsen treats an indeterminate operation): at any instant after its
 // invocation it either took effect, if the stream was at its expected version then, or it never did. A load saw,
 // at one instant between invocation and completion, exactly the stream's events. Failed and indeterminate loads
@@ -141,7 +143,8 @@ func streamModel() porcupine.Model {
 					}
 					return nil
 				case Fail:
-					if out, ok := output.(AppendOutput); ok && out.Conflict && out.Reason == "" && fits {
+					if out, ok := output.(AppendOutput); ok && out.Conflict && out.Reason == "" && fits &&
+						a.Expected != AnyVersion {
 						return nil // a failed version check, while the version fitted
 					}
 					return []any{s}
@@ -196,6 +199,8 @@ type StreamResult struct {
 	Window []Op
 	// Visualization is the path of the window's HTML rendering (porcupine's), for an Illegal stream.
 	Visualization string
+	// HistoryFile is the path of a text file listing every checked operation of an Illegal stream.
+	HistoryFile string
 }
 
 // StreamReport is the verdict on every stream of a history.
@@ -223,6 +228,9 @@ func (r StreamReport) Err() error {
 		}
 		if s.Visualization != "" {
 			fmt.Fprintf(&b, "  rendered: %s\n", s.Visualization)
+		}
+		if s.HistoryFile != "" {
+			fmt.Fprintf(&b, "  the stream's whole history: %s\n", s.HistoryFile)
 		}
 	}
 	if b.Len() == 0 {
@@ -268,6 +276,14 @@ func CheckStreams(h []Op, opts StreamCheckOptions) (StreamReport, error) {
 				return rep, fmt.Errorf("histories: render stream %s: %w", k, err)
 			}
 			res.Visualization = path
+			var all strings.Builder
+			for _, o := range ops {
+				fmt.Fprintln(&all, o)
+			}
+			res.HistoryFile = strings.TrimSuffix(path, ".html") + ".txt"
+			if err := os.WriteFile(res.HistoryFile, []byte(all.String()), 0o644); err != nil {
+				return rep, fmt.Errorf("histories: write stream %s's history: %w", k, err)
+			}
 		}
 		rep.Streams = append(rep.Streams, res)
 	}

@@ -88,6 +88,7 @@ func TestStreamsCleanHistoryPasses(t *testing.T) {
 		conflict(3, 22, 26, 1, "serialization failure", "z").
 		load(1, 31, 32, "a", "b", "c").
 		appendOp(2, 33, 40, histories.OK, histories.AnyVersion, 4, "d").
+		conflict(3, 34, 39, histories.AnyVersion, "", "w"). // gave up racing other appends: no effect
 		load(1, 41, 42, "a", "b", "c", "d")
 	mustPass(t, h)
 }
