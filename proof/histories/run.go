@@ -363,54 +363,76 @@ type nemesis struct {
 	faults    map[string]int
 }
 
+// The nemesis's faults. The first round injects each once, in a seeded order, so every run exercises all of
+// them (a commit reply dropped first of all); after it they are drawn at random, a dropped commit reply twice as
+// often as the others.
+const (
+	faultDropReply = iota
+	faultDropRequest
+	faultBlackHole
+	faultBlackHoleReplies
+	faultDelay
+	faultCutAll
+	faultCutMid
+	faultHalfOpen
+	faultTerminate
+	faultKinds
+)
+
 func (n *nemesis) run(ctx context.Context) {
-	for {
+	round := append([]int{faultDropReply}, n.rng.Perm(faultKinds)...)
+	for i := 0; ; i++ {
 		wait := time.Duration(n.rng.Int64N(int64(2 * n.cfg.FaultEvery)))
 		if !sleep(ctx, wait) {
 			return
 		}
-		hold := time.Duration(100+n.rng.IntN(400)) * time.Millisecond
-		var name string
-		switch n.rng.IntN(9) {
-		case 0, 1:
-			name = "drop commit reply"
-			n.proxy.DropCommitReply()
-		case 2:
-			name = "drop commit request"
-			n.proxy.DropCommitRequest()
-		case 3:
-			name = "black hole both ways"
-			n.proxy.BlackHole(Both)
-			sleep(ctx, hold)
-			n.proxy.Heal()
-		case 4:
-			name = "black hole server->client"
-			n.proxy.BlackHole(ServerToClient)
-			sleep(ctx, hold)
-			n.proxy.Heal()
-		case 5:
-			name = "delay with jitter"
-			n.proxy.SetDelay(10*time.Millisecond, 40*time.Millisecond)
-			sleep(ctx, 2*hold)
-			n.proxy.SetDelay(0, 0)
-		case 6:
-			name = "cut every connection"
-			n.proxy.CutAll()
-		case 7:
-			name = "cut mid-stream"
-			n.proxy.CutMidStream()
-		case 8:
-			if n.rng.IntN(2) == 0 {
-				name = "half-open every connection"
-				n.proxy.HalfOpen()
-			} else {
-				name = "terminate server processes"
-				n.terminate(ctx)
-			}
+		kind := n.rng.IntN(faultKinds + 1) // faultKinds itself: another dropped commit reply
+		if i < len(round) {
+			kind = round[i]
 		}
+		name := n.inject(ctx, kind)
 		n.faults[name]++
 		n.cfg.Logger.Info("histories: nemesis", "fault", name)
 	}
+}
+
+// inject injects one fault, waits for it to pass when it lasts, and names it.
+func (n *nemesis) inject(ctx context.Context, kind int) string {
+	hold := time.Duration(100+n.rng.IntN(400)) * time.Millisecond
+	switch kind {
+	case faultDropRequest:
+		n.proxy.DropCommitRequest()
+		return "drop commit request"
+	case faultBlackHole:
+		n.proxy.BlackHole(Both)
+		sleep(ctx, hold)
+		n.proxy.Heal()
+		return "black hole both ways"
+	case faultBlackHoleReplies:
+		n.proxy.BlackHole(ServerToClient)
+		sleep(ctx, hold)
+		n.proxy.Heal()
+		return "black hole server->client"
+	case faultDelay:
+		n.proxy.SetDelay(10*time.Millisecond, 40*time.Millisecond)
+		sleep(ctx, 2*hold)
+		n.proxy.SetDelay(0, 0)
+		return "delay with jitter"
+	case faultCutAll:
+		n.proxy.CutAll()
+		return "cut every connection"
+	case faultCutMid:
+		n.proxy.CutMidStream()
+		return "cut mid-stream"
+	case faultHalfOpen:
+		n.proxy.HalfOpen()
+		return "half-open every connection"
+	case faultTerminate:
+		n.terminate(ctx)
+		return "terminate server processes"
+	}
+	n.proxy.DropCommitReply()
+	return "drop commit reply"
 }
 
 // terminate ends the server processes of the run's clients (pg_terminate_backend, on the admin pool).
