@@ -600,6 +600,7 @@ func (l *link) serverToClient() {
 		buffering bool
 		sawCommit bool // a CommandComplete "COMMIT" in the pending reply
 		sawWrite  bool // a CommandComplete of INSERT, UPDATE or DELETE in the pending reply
+		sawError  bool // an ErrorResponse in the pending reply: an implicit transaction rolled back
 	)
 	began := byte('I') // the transaction status when the pending reply's exchange began
 	for {
@@ -608,7 +609,7 @@ func (l *link) serverToClient() {
 			return
 		}
 		if !buffering && l.armed() {
-			buffering, sawCommit, sawWrite = true, false, false
+			buffering, sawCommit, sawWrite, sawError = true, false, false, false
 			began = byte(l.status.Load())
 		}
 		if len(msg) >= 7 && l.p.take(l, &l.p.cutMid, &l.p.stats.CutMidStream, nil) {
@@ -628,6 +629,8 @@ func (l *link) serverToClient() {
 			case strings.HasPrefix(tag, "INSERT"), strings.HasPrefix(tag, "UPDATE"), strings.HasPrefix(tag, "DELETE"):
 				sawWrite = true
 			}
+		case 'E':
+			sawError = true
 		case 'Z':
 			if len(msg) >= 6 {
 				l.status.Store(int32(msg[5]))
@@ -646,7 +649,7 @@ func (l *link) serverToClient() {
 		if msg[0] != 'Z' {
 			continue
 		}
-		committed := len(msg) >= 6 && msg[5] == 'I' && (sawCommit || (sawWrite && began == 'I'))
+		committed := len(msg) >= 6 && msg[5] == 'I' && (sawCommit || (sawWrite && !sawError && began == 'I'))
 		if committed && l.p.take(l, &l.p.dropReply, &l.p.stats.CommitReplies,
 			func(f *AppFaults) *int { return &f.CommitReplies }) {
 			l.p.logger.Info("histories: proxy dropped a commit reply and cut the connection")

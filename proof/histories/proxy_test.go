@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/stagehand-es/stagehand/internal/pgtest"
@@ -136,6 +137,24 @@ func TestProxyDropCommitReply(t *testing.T) {
 		}
 		if n := pgtest.Count(t, pool, "SELECT count(*) FROM "+table+" WHERE id = 2"); n != 1 {
 			t.Fatalf("the server did not commit (%d rows)", n)
+		}
+	})
+	t.Run("rolled back pipeline passes", func(t *testing.T) {
+		// An insert and a failing statement in one implicit transaction: it rolls back, so its reply is not a
+		// commit's and passes.
+		c := connect(t, p)
+		p.DropCommitReply()
+		defer p.Disarm()
+		b := &pgx.Batch{}
+		b.Queue("INSERT INTO " + table + " VALUES (3)")
+		b.Queue("SELECT 1/0")
+		err := c.SendBatch(ctxT(t, 5*time.Second), b).Close()
+		var pgErr *pgconn.PgError
+		if !errors.As(err, &pgErr) || pgErr.Code != "22012" {
+			t.Fatalf("batch error %v, want the division by zero", err)
+		}
+		if c.IsClosed() {
+			t.Fatal("the proxy cut the connection of a transaction that rolled back")
 		}
 	})
 	t.Run("reads pass", func(t *testing.T) {
