@@ -329,7 +329,11 @@ func (c *streamClient) append(ctx context.Context, stream string) {
 	switch {
 	case err == nil:
 		outcome = "ok"
-		inv.OK(AppendOutput{Version: res.Version})
+		ids := make([]string, len(res.Records))
+		for i, r := range res.Records {
+			ids[i] = r.EventID.String()
+		}
+		inv.OK(AppendOutput{Version: res.Version, Events: ids})
 		c.known[stream] = res.Version
 	case errors.Is(err, eventstore.ErrCommitUnknown):
 		outcome = "info"

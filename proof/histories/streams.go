@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -53,6 +54,8 @@ type AppendOutput struct {
 	Version  int64
 	Conflict bool
 	Reason   string
+	// Events, when not nil, are the IDs of the records an OK append returned; they must be the input's.
+	Events []string
 }
 
 func (a AppendOutput) String() string {
@@ -61,6 +64,9 @@ func (a AppendOutput) String() string {
 			return "conflict (" + a.Reason + ")"
 		}
 		return "conflict"
+	}
+	if a.Events != nil {
+		return fmt.Sprintf("version %d %s", a.Version, shortIDs(a.Events))
 	}
 	return fmt.Sprintf("version %d", a.Version)
 }
@@ -138,7 +144,7 @@ func streamModel() porcupine.Model {
 				case OK:
 					out := output.(AppendOutput)
 					next := s.with(a.Events)
-					if fits && out.Version == next.version {
+					if fits && out.Version == next.version && (out.Events == nil || slices.Equal(out.Events, a.Events)) {
 						return []any{next}
 					}
 					return nil

@@ -157,6 +157,13 @@ func TestStreamsFlagsWrongAcknowledgedVersion(t *testing.T) {
 		appendOp(0, 0, 10, histories.OK, 0, 2, "a"))
 }
 
+func TestStreamsFlagsAcknowledgedAppendWithOtherEvents(t *testing.T) {
+	h := &hist{}
+	h.add(0, histories.KindAppend, 0, 10, histories.OK, histories.AppendInput{Expected: 0, Events: []string{"a"}},
+		histories.AppendOutput{Version: 1, Events: []string{"b"}})
+	mustFlag(t, h)
+}
+
 func TestRecorderTimesAndOutcomes(t *testing.T) {
 	r := histories.NewRecorder()
 	a := r.Invoke(0, histories.KindAppend, "s", histories.AppendInput{Expected: 0, Events: []string{"a"}})
