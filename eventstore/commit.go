@@ -22,8 +22,19 @@ const resolveTimeout = 10 * time.Second
 // connection) and pgx cannot tell that nothing was sent, or the server ended the session with an error of class 08
 // (connection exception) or 57 (operator intervention, pg_terminate_backend included), which can come after a
 // commit has completed. Every other error is definite.
+//
+// pgconn.ErrConnClosed ("conn closed") is a lost connection although pgx marks it safe to retry: pgx returns it
+// not only when a statement is refused on a connection already closed, but also when the read of a reply that was
+// already requested fails (its simple-protocol reader drops the read error, closes the connection and then reports
+// the closed connection), which is how a COMMIT whose reply was lost ends.
 func lostConnection(err error) bool {
-	if err == nil || pgconn.SafeToRetry(err) {
+	if err == nil {
+		return false
+	}
+	if errors.Is(err, pgconn.ErrConnClosed) {
+		return true
+	}
+	if pgconn.SafeToRetry(err) {
 		return false
 	}
 	var pgErr *pgconn.PgError

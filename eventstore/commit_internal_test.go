@@ -3,11 +3,14 @@ package eventstore
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/stretchr/testify/require"
 
 	"github.com/stagehand-es/stagehand/internal/pgtest"
@@ -95,4 +98,20 @@ func TestResolveLostCommit(t *testing.T) {
 	for _, e := range []error{ErrDuplicateEventID, ErrInvalidAppend, &ConflictError{}, errors.New("encode")} {
 		require.False(t, lostConnection(e), "%v", e)
 	}
+}
+
+// pgx reports the read of a reply that broke off as "conn closed" (pgconn.ErrConnClosed), an error it marks safe
+// to retry although the statement was sent: a COMMIT whose reply was lost ends so. It is a lost connection, to be
+// resolved, never a definite failure. (The end-to-end case, a COMMIT reply dropped by a proxy, is in
+// proof/histories: TestLostCommitReplyIsNeverAFailure.)
+func TestConnClosedIsALostConnection(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, pgtest.URL(t))
+	require.NoError(t, err)
+	require.NoError(t, conn.Close(ctx))
+	_, err = conn.Exec(ctx, "commit")
+	require.ErrorIs(t, err, pgconn.ErrConnClosed)
+	require.True(t, pgconn.SafeToRetry(err), "pgx marks it safe to retry")
+	require.True(t, lostConnection(fmt.Errorf("eventstore: commit: %w", err)))
 }

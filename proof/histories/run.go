@@ -1,0 +1,462 @@
+package histories
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"net/url"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/stagehand-es/stagehand/eventstore"
+)
+
+// StreamRunConfig configures RunStreams. Zero fields take the defaults named.
+type StreamRunConfig struct {
+	// Seed drives every random choice of the clients and of the nemesis. Default 0.
+	Seed uint64
+	// DatabaseURL is the server (postgres:// URL form); the clients reach it through a fault proxy. Required.
+	DatabaseURL string
+	// Schema holds the stagehand tables (migrated by the caller). Required.
+	Schema string
+	// Admin is a pool straight to the server (not through the proxy), used by the nemesis to terminate the
+	// clients' server processes. Required.
+	Admin *pgxpool.Pool
+	// Clients is how many clients append and load concurrently, each on its own pool. Default 6.
+	Clients int
+	// Streams is how many streams they share. Default 3.
+	Streams int
+	// Duration is how long the clients run under faults. Default 8s.
+	Duration time.Duration
+	// OpTimeout bounds each operation's context. Default 2s.
+	OpTimeout time.Duration
+	// FaultEvery is the mean time between two faults of the nemesis. Default 300ms.
+	FaultEvery time.Duration
+	// Logger receives the nemesis's and the proxy's lines. Default: silent.
+	Logger *slog.Logger
+}
+
+func (c StreamRunConfig) withDefaults() (StreamRunConfig, error) {
+	switch {
+	case c.DatabaseURL == "":
+		return c, errors.New("histories: StreamRunConfig.DatabaseURL is required")
+	case c.Schema == "":
+		return c, errors.New("histories: StreamRunConfig.Schema is required")
+	case c.Admin == nil:
+		return c, errors.New("histories: StreamRunConfig.Admin is required")
+	}
+	if c.Clients == 0 {
+		c.Clients = 6
+	}
+	if c.Streams == 0 {
+		c.Streams = 3
+	}
+	if c.Duration == 0 {
+		c.Duration = 8 * time.Second
+	}
+	if c.OpTimeout == 0 {
+		c.OpTimeout = 2 * time.Second
+	}
+	if c.FaultEvery == 0 {
+		c.FaultEvery = 300 * time.Millisecond
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return c, nil
+}
+
+// StreamRun is what RunStreams did.
+type StreamRun struct {
+	// History is every append and load, and the final loads after the faults stopped.
+	History []Op
+	// Faults counts the nemesis's faults by name.
+	Faults map[string]int
+	// Proxy is what the fault proxy did.
+	Proxy ProxyStats
+	// Classified counts the appends by the path they took and how they ended, and the appends during which the
+	// proxy dropped their commit's reply or request by how the store classified them ("AppendWith ok",
+	// "commit reply dropped -> ok"...).
+	Classified map[string]int
+}
+
+// Summary renders the run's counts.
+func (r StreamRun) Summary() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "operations: %s\n", FormatCounts(r.History))
+	fmt.Fprintf(&b, "faults: %s\n", formatMap(r.Faults))
+	fmt.Fprintf(&b, "appends classified: %s\n", formatMap(r.Classified))
+	fmt.Fprintf(&b, "proxy: %+v", r.Proxy)
+	return b.String()
+}
+
+func formatMap(m map[string]int) string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		parts[i] = fmt.Sprintf("%s=%d", k, m[k])
+	}
+	return strings.Join(parts, ", ")
+}
+
+// The append paths of the PostgreSQL store a client picks from: Append (one statement, committed by itself),
+// AppendWith (a transaction ended by COMMIT) and AppendQueued (one pipelined round trip).
+const (
+	viaAppend       = "Append"
+	viaAppendWith   = "AppendWith"
+	viaAppendQueued = "AppendQueued"
+)
+
+// RunStreams runs clients appending to and loading a few streams through eventstore.NewPostgres on pools that
+// reach the server through a fault proxy, while a seeded nemesis injects the proxy's faults (commit replies and
+// requests dropped, black holes both ways and one way, delay with jitter, cuts, half-open connections) and
+// terminates the clients' server processes. Once the faults stop, every stream is loaded once more. The history
+// is for CheckStreams.
+func RunStreams(ctx context.Context, cfg StreamRunConfig) (StreamRun, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return StreamRun{}, err
+	}
+	target, err := ServerAddr(cfg.DatabaseURL)
+	if err != nil {
+		return StreamRun{}, err
+	}
+	proxy, err := NewProxy(target, ProxyOptions{Seed: cfg.Seed, Logger: cfg.Logger})
+	if err != nil {
+		return StreamRun{}, err
+	}
+	defer func() { _ = proxy.Close() }()
+	through, err := Through(cfg.DatabaseURL, proxy.Addr())
+	if err != nil {
+		return StreamRun{}, err
+	}
+	// Short (application_name is cut at 63 bytes) and unique to the run: the schema's random tail.
+	appPrefix := "hist-" + cfg.Schema[max(0, len(cfg.Schema)-8):]
+	rec := NewRecorder()
+	clients := make([]*streamClient, cfg.Clients)
+	for i := range clients {
+		c, err := newStreamClient(ctx, cfg, i, through, appPrefix, rec, proxy)
+		if err != nil {
+			for _, c := range clients[:i] {
+				c.close()
+			}
+			return StreamRun{}, err
+		}
+		clients[i] = c
+	}
+	defer func() {
+		for _, c := range clients {
+			c.close()
+		}
+	}()
+
+	runCtx, stop := context.WithTimeout(ctx, cfg.Duration)
+	defer stop()
+	n := &nemesis{cfg: cfg, proxy: proxy, rng: rand.New(rand.NewPCG(cfg.Seed, 1)), appPrefix: appPrefix,
+		faults: map[string]int{}}
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { defer wg.Done(); n.run(runCtx) }()
+	for _, c := range clients {
+		wg.Add(1)
+		go func() { defer wg.Done(); c.run(runCtx) }()
+	}
+	wg.Wait()
+	proxy.Heal()
+	proxy.Disarm()
+
+	// The faults have stopped: one more load of every stream, retried until it succeeds.
+	for s := range cfg.Streams {
+		if err := clients[0].finalLoad(ctx, streamName(s)); err != nil {
+			return StreamRun{}, err
+		}
+	}
+	run := StreamRun{History: rec.History(), Faults: n.faults, Proxy: proxy.Stats(), Classified: map[string]int{}}
+	for _, c := range clients {
+		for k, v := range c.classified {
+			run.Classified[k] += v
+		}
+	}
+	return run, nil
+}
+
+func streamName(i int) string { return fmt.Sprintf("stream-%d", i) }
+
+// streamClient is one client: its own pool (its own application_name, so the proxy's drops can be attributed to
+// it), its own store and its own random choices. It runs one operation at a time.
+type streamClient struct {
+	id         int
+	cfg        StreamRunConfig
+	app        string
+	pool       *pgxpool.Pool
+	store      *eventstore.PostgresStore
+	rec        *Recorder
+	proxy      *Proxy
+	rng        *rand.Rand
+	known      map[string]int64 // the version this client last saw of each stream
+	classified map[string]int
+}
+
+func newStreamClient(ctx context.Context, cfg StreamRunConfig, id int, through, appPrefix string, rec *Recorder,
+	proxy *Proxy) (*streamClient, error) {
+	app := fmt.Sprintf("%s-%d", appPrefix, id)
+	u, err := url.Parse(through)
+	if err != nil {
+		return nil, fmt.Errorf("histories: %w", err)
+	}
+	q := u.Query()
+	q.Set("application_name", app)
+	q.Set("sslmode", "disable")
+	u.RawQuery = q.Encode()
+	pcfg, err := pgxpool.ParseConfig(u.String())
+	if err != nil {
+		return nil, fmt.Errorf("histories: pool config: %w", err)
+	}
+	pcfg.MaxConns = 2
+	pcfg.ConnConfig.ConnectTimeout = cfg.OpTimeout
+	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
+	if err != nil {
+		return nil, fmt.Errorf("histories: pool: %w", err)
+	}
+	store, err := eventstore.NewPostgres(pool, &eventstore.PostgresConfig{Schema: cfg.Schema})
+	if err != nil {
+		pool.Close()
+		return nil, err
+	}
+	return &streamClient{id: id, cfg: cfg, app: app, pool: pool, store: store, rec: rec, proxy: proxy,
+			rng: rand.New(rand.NewPCG(cfg.Seed, uint64(id)+2)), known: map[string]int64{}, classified: map[string]int{}},
+		nil
+}
+
+func (c *streamClient) close() {
+	c.store.Close()
+	c.pool.Close()
+}
+
+func (c *streamClient) run(ctx context.Context) {
+	for ctx.Err() == nil {
+		stream := streamName(c.rng.IntN(c.cfg.Streams))
+		if c.rng.IntN(10) < 4 {
+			c.load(ctx, stream)
+		} else {
+			c.append(ctx, stream)
+		}
+	}
+}
+
+func (c *streamClient) load(ctx context.Context, stream string) {
+	opCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.cfg.OpTimeout)
+	defer cancel()
+	inv := c.rec.Invoke(c.id, KindLoad, stream, nil)
+	recs, err := c.store.ReadStream(opCtx, "", stream, 1)
+	if err != nil && !errors.Is(err, eventstore.ErrStreamNotFound) {
+		inv.Fail(nil, err) // a failed read observed nothing
+		return
+	}
+	out := LoadOutput{Events: make([]string, len(recs))}
+	for i, r := range recs {
+		out.Events[i] = r.EventID.String()
+		out.Version = r.Version
+	}
+	c.known[stream] = out.Version
+	inv.OK(out)
+}
+
+// finalLoad loads stream until a load succeeds (the faults have stopped).
+func (c *streamClient) finalLoad(ctx context.Context, stream string) error {
+	for range 20 {
+		c.load(ctx, stream)
+		h := c.rec.History()
+		if h[len(h)-1].Outcome == OK {
+			return nil
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return fmt.Errorf("histories: the final load of %s kept failing", stream)
+}
+
+func (c *streamClient) append(ctx context.Context, stream string) {
+	expected := c.known[stream]
+	if c.rng.IntN(10) == 0 {
+		expected = AnyVersion
+	}
+	n := 1 + c.rng.IntN(2)
+	req := eventstore.AppendRequest{StreamID: stream, StreamType: "histories", Expected: eventstore.ExpectedVersion(
+		expected)}
+	in := AppendInput{Expected: expected}
+	for range n {
+		id := uuid.New()
+		req.Events = append(req.Events, eventstore.EventData{EventID: id, Type: "histories.appended",
+			Payload: []byte(`{}`)})
+		in.Events = append(in.Events, id.String())
+	}
+	via := []string{viaAppend, viaAppendWith, viaAppendQueued}[c.rng.IntN(3)]
+
+	opCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.cfg.OpTimeout)
+	defer cancel()
+	before := c.proxy.FaultsOn(c.app)
+	inv := c.rec.Invoke(c.id, KindAppend, stream, in)
+	var (
+		res eventstore.AppendResult
+		err error
+	)
+	switch via {
+	case viaAppend:
+		res, err = c.store.Append(opCtx, req)
+	case viaAppendWith:
+		res, err = c.store.AppendWith(opCtx, req, nil)
+	default:
+		res, err = c.store.AppendQueued(opCtx, req, nil)
+	}
+	after := c.proxy.FaultsOn(c.app)
+
+	var outcome string
+	var conflict *eventstore.ConflictError
+	switch {
+	case err == nil:
+		outcome = "ok"
+		ids := make([]string, len(res.Records))
+		for i, r := range res.Records {
+			ids[i] = r.EventID.String()
+		}
+		inv.OK(AppendOutput{Version: res.Version, Events: ids})
+		c.known[stream] = res.Version
+	case errors.Is(err, eventstore.ErrCommitUnknown):
+		outcome = "info"
+		inv.Info(err)
+	case errors.As(err, &conflict):
+		outcome = "conflict"
+		inv.Fail(AppendOutput{Conflict: true, Reason: conflict.Reason}, err)
+		if conflict.Actual >= 0 {
+			c.known[stream] = conflict.Actual
+		}
+	default:
+		// Every other error is definite, by the store's contract: the checker holds it to that.
+		outcome = "fail"
+		inv.Fail(nil, err)
+	}
+	c.classified[via+" "+outcome]++
+	if after.CommitReplies > before.CommitReplies {
+		c.classified["commit reply dropped -> "+outcome]++
+	}
+	if after.CommitRequests > before.CommitRequests {
+		c.classified["commit request dropped -> "+outcome]++
+	}
+}
+
+// nemesis injects one fault at a time at random, seeded.
+type nemesis struct {
+	cfg       StreamRunConfig
+	proxy     *Proxy
+	rng       *rand.Rand
+	appPrefix string
+	faults    map[string]int
+}
+
+// The nemesis's faults. The first round injects each once, in a seeded order, so every run exercises all of
+// them (a commit reply dropped first of all); after it they are drawn at random, a dropped commit reply twice as
+// often as the others.
+const (
+	faultDropReply = iota
+	faultDropRequest
+	faultBlackHole
+	faultBlackHoleReplies
+	faultDelay
+	faultCutAll
+	faultCutMid
+	faultHalfOpen
+	faultTerminate
+	faultKinds
+)
+
+func (n *nemesis) run(ctx context.Context) {
+	round := append([]int{faultDropReply}, n.rng.Perm(faultKinds)...)
+	for i := 0; ; i++ {
+		wait := time.Duration(n.rng.Int64N(int64(2 * n.cfg.FaultEvery)))
+		if !sleep(ctx, wait) {
+			return
+		}
+		kind := n.rng.IntN(faultKinds + 1) // faultKinds itself: another dropped commit reply
+		if i < len(round) {
+			kind = round[i]
+		}
+		name := n.inject(ctx, kind)
+		n.faults[name]++
+		n.cfg.Logger.Info("histories: nemesis", "fault", name)
+	}
+}
+
+// inject injects one fault, waits for it to pass when it lasts, and names it.
+func (n *nemesis) inject(ctx context.Context, kind int) string {
+	hold := time.Duration(100+n.rng.IntN(400)) * time.Millisecond
+	switch kind {
+	case faultDropRequest:
+		n.proxy.DropCommitRequest()
+		return "drop commit request"
+	case faultBlackHole:
+		n.proxy.BlackHole(Both)
+		sleep(ctx, hold)
+		n.proxy.Heal()
+		return "black hole both ways"
+	case faultBlackHoleReplies:
+		n.proxy.BlackHole(ServerToClient)
+		sleep(ctx, hold)
+		n.proxy.Heal()
+		return "black hole server->client"
+	case faultDelay:
+		n.proxy.SetDelay(10*time.Millisecond, 40*time.Millisecond)
+		sleep(ctx, 2*hold)
+		n.proxy.SetDelay(0, 0)
+		return "delay with jitter"
+	case faultCutAll:
+		n.proxy.CutAll()
+		return "cut every connection"
+	case faultCutMid:
+		n.proxy.CutMidStream()
+		return "cut mid-stream"
+	case faultHalfOpen:
+		n.proxy.HalfOpen()
+		return "half-open every connection"
+	case faultTerminate:
+		n.terminate(ctx)
+		return "terminate server processes"
+	}
+	n.proxy.DropCommitReply()
+	return "drop commit reply"
+}
+
+// terminate ends the server processes of the run's clients (pg_terminate_backend, on the admin pool).
+func (n *nemesis) terminate(ctx context.Context) {
+	tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+	defer cancel()
+	_, err := n.cfg.Admin.Exec(tctx, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+		WHERE application_name LIKE $1 AND pid <> pg_backend_pid()`, n.appPrefix+"-%")
+	if err != nil {
+		n.cfg.Logger.Warn("histories: nemesis could not terminate server processes", "error", err)
+	}
+}
+
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
