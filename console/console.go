@@ -105,7 +105,7 @@ func New(cfg *Config) (*Console, error) {
 		con.admin = con.outbox.AllTenants()
 	}
 	if con.checker == nil {
-		hc := &health.Config{Outbox: con.admin, Clock: c.Clock, Logger: c.Logger}
+		hc := &health.Config{Outbox: con.admin, Inbox: con.admin, Clock: c.Clock, Logger: c.Logger}
 		if c.Tenant == nil {
 			hc.Projections = func(ctx context.Context) ([]projection.Status, error) {
 				return projection.ListStatus(ctx, c.Pool, con.store, c.Schema)

@@ -140,6 +140,10 @@ func figures(comp health.Component) string {
 		d := comp.Relay
 		return number(d.Deliveries) + " deliveries, " + strconv.FormatFloat(d.FailureRate, 'f', 1, 64) +
 			"% failed in the last " + duration(time.Duration(d.Window))
+	case comp.Inbox != nil:
+		d := comp.Inbox
+		return number(d.Failing) + " failing, " + number(d.DeadLettered) + " dead letters, " +
+			number(int64(len(d.Handlers))) + " handlers with failures"
 	case comp.Follower != nil:
 		d := comp.Follower
 		s := "position " + number(d.Position) + " of " + number(d.Head) + ", lag " + number(d.Lag)
