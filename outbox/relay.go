@@ -9,6 +9,7 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill/message"
 
+	"github.com/stagehand-es/stagehand/internal/heartbeat"
 	"github.com/stagehand-es/stagehand/internal/lease"
 )
 
@@ -41,6 +42,7 @@ type Relay struct {
 
 	fenceChecked atomic.Bool
 	maint        *relayMaintenance // nil when RelayConfig.Maintenance.Disabled
+	beat         *heartbeat.Beat   // the relay's heartbeat (heartbeat.go); nil when it cannot be made
 
 	mu     sync.Mutex
 	closed bool
@@ -70,6 +72,7 @@ func (o *Outbox) NewRelay(cfg *RelayConfig) (*Relay, error) {
 		s.Logger.Warn("stagehand: outbox relay runs unfenced (SingleWriter): the operator guarantees that it is "+
 			"the only relay draining this outbox", "processor_id", s.ProcessorID, "schema", o.schema)
 	}
+	r.beat = newRelayBeat(r)
 	if r.tel, err = newRelayTelemetry(r); err != nil {
 		return nil, err
 	}
