@@ -100,12 +100,17 @@ func New(db DB, cfg Config) (*Beat, error) {
 	t := pgx.Identifier{cfg.Schema, "heartbeats"}.Sanitize()
 	return &Beat{db: db, cfg: cfg, host: host, pid: os.Getpid(), started: time.Now(),
 		running: make(chan struct{}, 1),
-		upsert: `INSERT INTO ` + t + ` AS h (kind, name, instance, host, pid, started_at, heartbeat_at, interval_ms,
-			last_activity_at, activity) VALUES ($1, $2, $3, $4, $5, $6, now(), $7, $8, $9)
-			ON CONFLICT (kind, name, instance) DO UPDATE SET heartbeat_at = now(), interval_ms = EXCLUDED.interval_ms,
-				last_activity_at = EXCLUDED.last_activity_at, activity = EXCLUDED.activity, stopped_at = NULL`,
-		stop:  `UPDATE ` + t + ` SET stopped_at = now(), heartbeat_at = now() WHERE kind = $1 AND name = $2 AND instance = $3`,
+		upsert:  upsert(t, "NULL"), stop: upsert(t, "now()"),
 		prune: `DELETE FROM ` + t + ` WHERE heartbeat_at < now() - make_interval(secs => $1)`}, nil
+}
+
+// upsert is the statement of a beat; stopped is the stopped_at it records (NULL: running, now(): stopped).
+func upsert(table, stopped string) string {
+	return `INSERT INTO ` + table + ` AS h (kind, name, instance, host, pid, started_at, heartbeat_at, interval_ms,
+		last_activity_at, activity, stopped_at) VALUES ($1, $2, $3, $4, $5, $6, now(), $7, $8, $9, ` + stopped + `)
+		ON CONFLICT (kind, name, instance) DO UPDATE SET heartbeat_at = now(), interval_ms = EXCLUDED.interval_ms,
+			last_activity_at = EXCLUDED.last_activity_at, activity = EXCLUDED.activity,
+			stopped_at = EXCLUDED.stopped_at`
 }
 
 // Interval returns how often the beat writes.
@@ -156,12 +161,7 @@ func (b *Beat) Run(ctx context.Context) {
 		b.write(ctx)
 		select {
 		case <-ctx.Done():
-			stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), writeTimeout)
-			if _, err := b.db.Exec(stopCtx, b.stop, b.cfg.Kind, b.cfg.Name, b.cfg.Instance); err != nil {
-				b.cfg.Logger.Debug("stagehand: heartbeat not recorded", "kind", b.cfg.Kind, "name", b.cfg.Name,
-					"error", err)
-			}
-			cancel()
+			b.exec(context.Background(), b.stop) // the last count, and that it stopped
 			return
 		case <-t.C:
 		}
@@ -170,6 +170,17 @@ func (b *Beat) Run(ctx context.Context) {
 
 // write writes the beat (and, every pruneEvery beats, deletes stale rows).
 func (b *Beat) write(ctx context.Context) {
+	if b.exec(ctx, b.upsert) && b.beats.Add(1)%pruneEvery == 1 {
+		ctx, cancel := context.WithTimeout(ctx, writeTimeout)
+		defer cancel()
+		if _, err := b.db.Exec(ctx, b.prune, b.cfg.PruneAfter.Seconds()); err != nil && ctx.Err() == nil {
+			b.cfg.Logger.Debug("stagehand: stale heartbeats not pruned", "error", err)
+		}
+	}
+}
+
+// exec runs a beat statement (upsert or stop) and reports whether it succeeded.
+func (b *Beat) exec(ctx context.Context, stmt string) bool {
 	ctx, cancel := context.WithTimeout(ctx, writeTimeout)
 	defer cancel()
 	var last *time.Time
@@ -177,15 +188,13 @@ func (b *Beat) write(ctx context.Context) {
 		t := time.Unix(0, n)
 		last = &t
 	}
-	_, err := b.db.Exec(ctx, b.upsert, b.cfg.Kind, b.cfg.Name, b.cfg.Instance, b.host, b.pid, b.started,
+	_, err := b.db.Exec(ctx, stmt, b.cfg.Kind, b.cfg.Name, b.cfg.Instance, b.host, b.pid, b.started,
 		b.cfg.Interval.Milliseconds(), last, b.activity.Load())
-	if err == nil && b.beats.Add(1)%pruneEvery == 1 {
-		_, err = b.db.Exec(ctx, b.prune, b.cfg.PruneAfter.Seconds())
-	}
 	if err != nil && ctx.Err() == nil {
 		b.cfg.Logger.Debug("stagehand: heartbeat not recorded", "kind", b.cfg.Kind, "name", b.cfg.Name,
 			"error", err)
 	}
+	return err == nil
 }
 
 // Process is one row of the heartbeats table, as read by List.
