@@ -96,6 +96,15 @@ func TestConsoleFlags(t *testing.T) {
 	e.fails(exitUsage, "at least 32 characters", "console", "--csrf-key", "short")
 }
 
+// On a schema that was never migrated the console does not start: one line says which schema and how to
+// migrate it.
+func TestConsoleRefusesAnUnmigratedSchema(t *testing.T) {
+	t.Parallel()
+	pool, schema := pgtest.Schema(t)
+	e := &env{t: t, pool: pool, schema: schema, url: pgtest.URL(t)}
+	e.fails(exitFailure, "stagehand migrate up --schema "+schema, "console", "--listen", "127.0.0.1:0")
+}
+
 // confirmForm returns the hidden fields of a confirmation page's form.
 func confirmForm(t *testing.T, confirm string) url.Values {
 	t.Helper()
