@@ -84,12 +84,15 @@ type confirmPage struct {
 	Nothing bool
 }
 
-// confirm counts what an action would touch and asks to confirm it.
+// confirm counts what an action would touch and asks to confirm it. The confirmation form carries a token (see
+// confirmToken) signing the action, its filter or selection, its bound and the count shown, for confirmLifetime.
 func (c *Console) confirm(w http.ResponseWriter, r *http.Request) error {
-	if _, err := c.authorizeAction(r); err != nil {
+	user, err := c.authorizeAction(r)
+	if err != nil {
 		return err
 	}
-	p, err := c.plan(r.PostForm, c.cfg.Clock())
+	now := c.cfg.Clock()
+	p, err := c.plan(r.PostForm, now)
 	if err != nil {
 		return err
 	}
@@ -102,30 +105,82 @@ func (c *Console) confirm(w http.ResponseWriter, r *http.Request) error {
 		p.Noun = p.one
 	}
 	p.Hidden = append(p.Hidden, hiddenField{"bound", p.Bound.Format(time.RFC3339Nano)},
-		hiddenField{"expected", strconv.FormatInt(n, 10)}, hiddenField{"back", p.Back})
+		hiddenField{"expected", strconv.FormatInt(n, 10)})
+	signed := url.Values{}
+	for _, f := range p.Hidden {
+		signed.Add(f.Name, f.Value)
+	}
+	p.Hidden = append(p.Hidden, hiddenField{"confirmation", c.confirmToken(user, signed, now.Add(confirmLifetime))},
+		hiddenField{"back", p.Back})
 	c.render(w, r, http.StatusOK, "confirm", "Confirm", confirmPage{P: p, Count: number(n), Nothing: n == 0})
 	return nil
 }
 
-// act runs a confirmed action, recording it, and redirects to its record.
+// act runs a confirmed action, recording it, and redirects to its record. It refuses, and records as refused, an
+// action that does not match a live confirmation of this user (see confirmToken), one bounded in the future, and
+// one that would now touch more than was confirmed (the operator confirms again, seeing the new count); the
+// action then touches only what its confirmed filter or selection and bound select.
 func (c *Console) act(w http.ResponseWriter, r *http.Request) error {
 	user, err := c.authorizeAction(r)
 	if err != nil {
 		return err
 	}
-	bound, err := time.Parse(time.RFC3339Nano, r.PostForm.Get("bound"))
-	if err != nil {
-		return badRequest("the confirmation carries no valid time: confirm the action again")
-	}
-	expected, err := intParam("expected", r.PostForm.Get("expected"), 0)
-	if err != nil {
-		return err
-	}
-	p, err := c.plan(r.PostForm, bound)
-	if err != nil {
-		return err
-	}
 	ctx := r.Context()
+	now := c.cfg.Clock()
+	form := r.PostForm
+	expected, err := intParam("expected", form.Get("expected"), 0)
+	if err != nil {
+		expected = -1
+	}
+	bound, boundErr := time.Parse(time.RFC3339Nano, form.Get("bound"))
+	p, planErr := c.plan(form, bound)
+	// refuse records a refused action (with what it claimed) and answers with why.
+	refuse := func(code int, why string, details map[string]any) error {
+		action, target := form.Get("action"), "(the action's form could not be read)"
+		if action == "" {
+			action = "(unknown: " + form.Get("do") + ")"
+		}
+		action = clip(action, 200).Text
+		if p != nil {
+			action, target = p.Action, p.Target
+		}
+		if details == nil {
+			details = map[string]any{}
+		}
+		details["refused"] = why
+		rec := &plan{Action: action, Target: target, details: details}
+		id, err := c.auditBegin(ctx, user, rec, max(expected, 0), r.RemoteAddr)
+		if err == nil {
+			err = c.auditFinish(context.WithoutCancel(ctx), id, 0, "refused: "+why, details)
+		}
+		if err != nil {
+			c.cfg.Logger.ErrorContext(ctx, "console: a refused action could not be recorded", "error", err)
+		}
+		c.cfg.Logger.WarnContext(ctx, "console: action refused", "audit_id", id, "user", user, "action", action,
+			"confirmed", expected, "reason", why)
+		return &statusError{code: code, msg: why}
+	}
+	if err := c.checkConfirmation(form.Get("confirmation"), user, form, now); err != nil {
+		return refuse(http.StatusForbidden, err.Error(), nil)
+	}
+	switch {
+	case boundErr != nil || expected < 0:
+		return refuse(http.StatusBadRequest, "the confirmation carries no valid time or count: confirm the "+
+			"action again", nil)
+	case bound.After(now):
+		return refuse(http.StatusForbidden, fmt.Sprintf("the confirmation's bound (%s) is in the future: confirm "+
+			"the action again", bound.UTC().Format(time.RFC3339)), nil)
+	case planErr != nil:
+		return planErr
+	}
+	matching, err := p.count(ctx)
+	if err != nil {
+		return err
+	}
+	if matching > expected {
+		return refuse(http.StatusConflict, fmt.Sprintf("%s would now touch %d, more than the %d confirmed: "+
+			"confirm the action again", p.Action, matching, expected), map[string]any{"matching": matching})
+	}
 	id, err := c.auditBegin(ctx, user, p, expected, r.RemoteAddr)
 	if err != nil {
 		return fmt.Errorf("console: record the action before running it: %w", err)
@@ -134,6 +189,13 @@ func (c *Console) act(w http.ResponseWriter, r *http.Request) error {
 	errText := ""
 	if runErr != nil {
 		errText = runErr.Error()
+	}
+	if n > expected {
+		// Cannot happen but by clock skew between the console and the writers of the dead letters' times: the
+		// bound excludes what dies after the confirmation. Recorded and logged, never silent.
+		p.details["exceeded_confirmation"] = true
+		c.cfg.Logger.ErrorContext(ctx, "console: an action affected more than was confirmed", "audit_id", id,
+			"confirmed", expected, "affected", n)
 	}
 	if err := c.auditFinish(context.WithoutCancel(ctx), id, n, errText, p.details); err != nil {
 		c.cfg.Logger.ErrorContext(ctx, "console: the outcome of an action could not be recorded", "audit_id", id,

@@ -8,6 +8,9 @@ import (
 	"encoding/binary"
 	"errors"
 	"net/http"
+	"net/url"
+	"sort"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -105,6 +108,79 @@ func (c *Console) checkCSRF(token, user string, now time.Time) error {
 	issued := time.Unix(int64(binary.BigEndian.Uint64(b[:8])), 0)
 	if now.Sub(issued) > csrfLifetime || issued.Sub(now) > time.Minute {
 		return errCSRFExpired
+	}
+	return nil
+}
+
+// confirmLifetime is how long a confirmation stays good: long enough to read it, short enough that what it counted
+// still describes the data.
+const confirmLifetime = 15 * time.Minute
+
+// unsigned are the form fields a confirmation token does not cover: the tokens themselves, and the page to return
+// to (checked on its own: a path of this console).
+var unsigned = map[string]bool{"csrf": true, "confirmation": true, "back": true}
+
+// confirmToken returns the token /confirm gives an action's confirmation form: its expiry and an HMAC, under the
+// console's key, of the user, the console's scope and every field the form carries (the action, its filter or
+// selection, the bound and the confirmed count). /act recomputes it from what it is sent, so an action whose
+// fields were changed, added or left out after the confirmation, or that was never confirmed, is refused.
+func (c *Console) confirmToken(user string, form url.Values, expires time.Time) string {
+	var b [8 + sha256.Size]byte
+	binary.BigEndian.PutUint64(b[:8], uint64(expires.Unix()))
+	copy(b[8:], c.confirmMAC(user, form, b[:8]))
+	return base64.RawURLEncoding.EncodeToString(b[:])
+}
+
+func (c *Console) confirmMAC(user string, form url.Values, expires []byte) []byte {
+	m := hmac.New(sha256.New, c.cfg.CSRFKey)
+	field := func(s string) {
+		var n [8]byte
+		binary.BigEndian.PutUint64(n[:], uint64(len(s)))
+		m.Write(n[:])
+		m.Write([]byte(s))
+	}
+	field("stagehand console confirmation")
+	field(string(expires))
+	field(user)
+	field(c.scopeName())
+	keys := make([]string, 0, len(form))
+	for k := range form {
+		if !unsigned[k] {
+			keys = append(keys, k)
+		}
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		field(k)
+		field(strconv.Itoa(len(form[k])))
+		for _, v := range form[k] {
+			field(v)
+		}
+	}
+	return m.Sum(nil)
+}
+
+var (
+	errConfirmMissing = errors.New("the action was not confirmed: it carries no confirmation (confirm it first)")
+	errConfirmInvalid = errors.New("the action does not match its confirmation: what was confirmed (action, " +
+		"filter, bound, count) was changed (confirm it again)")
+	errConfirmExpired = errors.New("the confirmation has expired (confirm the action again)")
+)
+
+// checkConfirmation verifies that form is what /confirm showed user, within the confirmation's lifetime.
+func (c *Console) checkConfirmation(token, user string, form url.Values, now time.Time) error {
+	if token == "" {
+		return errConfirmMissing
+	}
+	b, err := base64.RawURLEncoding.DecodeString(token)
+	if err != nil || len(b) != 8+sha256.Size {
+		return errConfirmInvalid
+	}
+	if !hmac.Equal(b[8:], c.confirmMAC(user, form, b[:8])) {
+		return errConfirmInvalid
+	}
+	if expires := time.Unix(int64(binary.BigEndian.Uint64(b[:8])), 0); !now.Before(expires) {
+		return errConfirmExpired
 	}
 	return nil
 }

@@ -66,7 +66,8 @@ type Config struct {
 	// Challenge is the WWW-Authenticate header sent with a 401 answer, so that a browser asks for credentials
 	// (BasicChallenge for BasicAuth and TokenAuth). Default "": none (the host's login is elsewhere).
 	Challenge string
-	// CSRFKey signs the forms' CSRF tokens (at least 32 bytes). Consoles behind one load balancer must share it.
+	// CSRFKey signs the forms' CSRF tokens and the actions' confirmations (at least 32 bytes). Consoles behind one
+	// load balancer, and a console across restarts, must share it to accept each other's forms.
 	// Default: 32 random bytes drawn by New.
 	CSRFKey []byte
 

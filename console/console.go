@@ -16,6 +16,7 @@ import (
 	"github.com/stagehand-es/stagehand"
 	"github.com/stagehand-es/stagehand/eventstore"
 	"github.com/stagehand-es/stagehand/health"
+	"github.com/stagehand-es/stagehand/internal/migrate"
 	"github.com/stagehand-es/stagehand/internal/sqlfile"
 	"github.com/stagehand-es/stagehand/outbox"
 	"github.com/stagehand-es/stagehand/projection"
@@ -63,11 +64,15 @@ type auditSQL struct {
 }
 
 // New returns a Console, or a *ConfigError naming the field of cfg that is not valid. It opens the outbox and the
-// event store when cfg gives none (Close closes them), and checks nothing in the database: a schema without the
-// console's migration fails on the first action, naming the missing table.
+// event store when cfg gives none (Close closes them). It checks that Schema holds every migration this build
+// knows (the console reads the tables of every package), and otherwise returns an error matching
+// ErrSchemaNotMigrated that names the schema, the missing migrations and how to apply them.
 func New(cfg *Config) (*Console, error) {
 	c, err := cfg.withDefaults()
 	if err != nil {
+		return nil, err
+	}
+	if err := checkSchema(c.Pool, c.Schema); err != nil {
 		return nil, err
 	}
 	con := &Console{cfg: c, outbox: c.Outbox, store: c.Store, checker: c.Health, origins: http.NewCrossOriginProtection()}
@@ -100,7 +105,7 @@ func New(cfg *Config) (*Console, error) {
 		con.admin = con.outbox.AllTenants()
 	}
 	if con.checker == nil {
-		hc := &health.Config{Outbox: con.admin, Clock: c.Clock, Logger: c.Logger}
+		hc := &health.Config{Outbox: con.admin, Inbox: con.admin, Clock: c.Clock, Logger: c.Logger}
 		if c.Tenant == nil {
 			hc.Projections = func(ctx context.Context) ([]projection.Status, error) {
 				return projection.ListStatus(ctx, c.Pool, con.store, c.Schema)
@@ -127,11 +132,52 @@ func New(cfg *Config) (*Console, error) {
 	if err != nil {
 		return nil, fmt.Errorf("console: %w", err)
 	}
-	con.static = http.StripPrefix(c.Prefix+"/static/", http.FileServerFS(sub))
+	files := http.StripPrefix(c.Prefix+"/static/", http.FileServerFS(sub))
+	con.static = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasSuffix(r.URL.Path, "/") { // a directory: its assets are not listed
+			http.NotFound(w, r)
+			return
+		}
+		files.ServeHTTP(w, r)
+	})
 	con.samples = newSampler(con)
 	con.routes()
 	ok = true
 	return con, nil
+}
+
+// ErrSchemaNotMigrated is matched (errors.Is) by New's error when the schema lacks migrations this build needs.
+var ErrSchemaNotMigrated = errors.New("console: the schema is not migrated")
+
+// schemaCheckTimeout bounds New's look at the migration history.
+const schemaCheckTimeout = 15 * time.Second
+
+// checkSchema returns an error matching ErrSchemaNotMigrated when schema lacks a migration this build knows.
+func checkSchema(pool migrate.Beginner, schema string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), schemaCheckTimeout)
+	defer cancel()
+	sts, err := migrate.List(ctx, pool, schema)
+	if err != nil {
+		return fmt.Errorf("console: read the migrations of schema %q: %w", schema, err)
+	}
+	var missing []string
+	for _, st := range sts {
+		if !st.Applied() {
+			missing = append(missing, fmt.Sprintf("%03d_%s", st.Version, st.Name))
+		}
+	}
+	if len(missing) == 0 {
+		return nil
+	}
+	what := fmt.Sprintf("%d of %d migrations are missing (%s)", len(missing), len(sts), strings.Join(missing, ", "))
+	if len(missing) == len(sts) {
+		what = "it holds no stagehand tables (is it the right schema?)"
+	} else if len(missing) > 5 {
+		what = fmt.Sprintf("%d of %d migrations are missing (%s, …)", len(missing), len(sts),
+			strings.Join(missing[:5], ", "))
+	}
+	return fmt.Errorf("%w: schema %q is not migrated to this build: %s; apply them with `stagehand migrate up "+
+		"--schema %s` or stagehand.Migrate before starting the console", ErrSchemaNotMigrated, schema, what, schema)
 }
 
 // Close closes the outbox and the event store New opened (never the pool, nor what Config gave). It returns nil.

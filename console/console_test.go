@@ -55,7 +55,8 @@ func TestConfigValidation(t *testing.T) {
 	}
 	_, err = console.New(&console.Config{Pool: pool, AuthenticateReads: true})
 	require.ErrorContains(t, err, "Authorize")
-	c, err := console.New(&console.Config{Pool: pool})
+	migrated, schema := pgtest.Migrated(t)
+	c, err := console.New(&console.Config{Pool: migrated, Schema: schema})
 	require.NoError(t, err, "every other field has a default")
 	require.NoError(t, c.Close())
 }

@@ -1,7 +1,8 @@
 // Package console is the operator console of a stagehand deployment: web pages where the people on call see the
 // whole pipeline, from append to handled, and act on it.
 //
-//   - Overview: the health verdict of every component with its reasons; appended, staged, published, handled and
+//   - Overview: the health verdict of every component with its reasons; every process (relays with or without
+//     leader election, inbox handlers, projections, staging workers) with its heartbeat and last activity; appended, staged, published, handled and
 //     failed per second and the backlogs (outbox pending, oldest pending age, projection and worker lag) as charts
 //     over the last minutes, refreshing by themselves; the latency of each step from append to handled.
 //   - Outbox: pending messages by topic, tenant or partition key, a key's messages in order, scheduled messages,
@@ -25,8 +26,10 @@
 //
 // A console is read-only unless Config.Actions is set. An action needs a user named by Config.Authorize (the host
 // service's own authentication, or the built-in BasicAuth and TokenAuth), comes from the console's own pages (the
-// browser's Sec-Fetch-Site or Origin), carries a CSRF token tied to that user, is confirmed with its count, and is
-// recorded in the audit table before it runs and again when it ends. Inputs are validated and reach the database
+// browser's Sec-Fetch-Site or Origin), carries a CSRF token tied to that user, is confirmed with its count (a
+// signed confirmation binding the action, its filter or selection, its bound and the count: anything else, or more
+// than confirmed, is refused and the refusal recorded), and is recorded in the audit table before it runs and
+// again when it ends. Inputs are validated and reach the database
 // only as arguments of the packages' operations; lists page by keyset. Stored data (payloads, metadata, errors,
 // IDs) is shown as escaped text: invalid UTF-8 and invisible control or formatting characters become visible
 // escapes, long values are cut with a marker, and nothing stored is ever rendered as markup. Every response forbids

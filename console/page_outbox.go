@@ -57,7 +57,9 @@ type heldView struct {
 
 // relayView is one relay process: the leases it holds and the rows it has in flight.
 type relayView struct {
-	Owner  clipped
+	Owner clipped
+	// Beat is its heartbeat (nil when it has none: an older relay, or one whose beat was pruned).
+	Beat   *processView
 	Leases []leaseView
 	Rows   int64
 	// LeaseEnds is when its row leases lapse (the latest).
@@ -255,6 +257,16 @@ func (c *Console) relays(r *http.Request, now time.Time, inFlight bool) ([]relay
 	for _, cl := range claims {
 		rv := at(cl.Owner)
 		rv.Rows, rv.LeaseEnds = cl.Rows, max(cl.LastExpiry.Sub(now), 0)
+	}
+	// Every relay that beats, leader-elected or not, holding rows now or not.
+	procs, err := c.processes(r.Context(), now)
+	if err != nil {
+		return nil, err
+	}
+	for i := range procs {
+		if procs[i].Kind.Text == "relay" {
+			at(procs[i].Instance.Text).Beat = &procs[i]
+		}
 	}
 	return out, nil
 }

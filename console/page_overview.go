@@ -23,7 +23,9 @@ type overviewPage struct {
 	Latency     []latencyRow
 	// Followers counts the projections' checkpoints and staging workers, and how many are not running.
 	Projections, ProjectionsDown, Workers, WorkersDown int
-	Links                                              overviewLinks
+	// Processes are every component's processes, from their heartbeats (estate-wide consoles).
+	Processes []processView
+	Links     overviewLinks
 }
 
 type overviewLinks struct {
@@ -62,7 +64,11 @@ func (c *Console) overview(w http.ResponseWriter, r *http.Request) error {
 		}
 	}
 	now := c.cfg.Clock()
-	p := overviewPage{Health: rep, Stats: st, Inbox: in, Latency: lat, SampleError: clip(sampleErr, 2048),
+	procs, err := c.processes(ctx, now)
+	if err != nil {
+		return err
+	}
+	p := overviewPage{Processes: procs, Health: rep, Stats: st, Inbox: in, Latency: lat, SampleError: clip(sampleErr, 2048),
 		Links: overviewLinks{Dead: c.link("/dead", "source", "outbox"), InboxDead: c.link("/dead", "source", "inbox"),
 			Held: c.link("/outbox") + "#held", Pending: c.link("/outbox"), Projections: c.link("/projections")}}
 	if rep != nil {
@@ -140,6 +146,10 @@ func figures(comp health.Component) string {
 		d := comp.Relay
 		return number(d.Deliveries) + " deliveries, " + strconv.FormatFloat(d.FailureRate, 'f', 1, 64) +
 			"% failed in the last " + duration(time.Duration(d.Window))
+	case comp.Inbox != nil:
+		d := comp.Inbox
+		return number(d.Failing) + " failing, " + number(d.DeadLettered) + " dead letters, " +
+			number(int64(len(d.Handlers))) + " handlers with failures"
 	case comp.Follower != nil:
 		d := comp.Follower
 		s := "position " + number(d.Position) + " of " + number(d.Head) + ", lag " + number(d.Lag)

@@ -22,6 +22,8 @@ const (
 	DefaultFailureWindow        = 5 * time.Minute
 	DefaultMinDeliveries        = 20
 	DefaultTimeout              = 5 * time.Second
+	// DefaultUnhealthyInboxFailing is Config.UnhealthyInboxFailing's default.
+	DefaultUnhealthyInboxFailing = 100
 )
 
 // Worker is a log follower whose lag the checker watches: *staging.Worker (a Deferred stager or a reconciler)
@@ -37,6 +39,9 @@ type Config struct {
 	// Outbox is the outbox scope watched: pending messages, dead letters, and publishing progress read from the
 	// sent ledger (so relays in any process count). Usually ob.AllTenants(). Default: no outbox component.
 	Outbox *outbox.Admin
+	// Inbox is the inbox scope watched, usually ob.AllTenants(): every handler's dead letters and the messages it
+	// keeps failing on, read from the database (so consumers in any process count). Default: no inbox component.
+	Inbox *outbox.Admin
 	// Projections returns the status of the projections watched: a projection's Status method, or a closure over
 	// projection.ListStatus for every projection of a schema. Default: no projection component.
 	Projections func(ctx context.Context) ([]projection.Status, error)
@@ -67,6 +72,16 @@ type Config struct {
 	// DeadLetters is how many outbox dead letters (or parked events of one projection) make a component
 	// Degraded: they wait for an operator to redrive, discard or replay them. Default 1. Negative: never.
 	DeadLetters int64
+	// InboxDeadLetters is how many dead letters of one inbox handler make the inbox Degraded. Default 1.
+	// Negative: never.
+	InboxDeadLetters int64
+	// InboxFailing is how many messages one inbox handler is failing on (retrying, not yet dead-lettered) that make
+	// the inbox Degraded, and UnhealthyInboxFailing how many make it Unhealthy. A handler whose oldest failing
+	// message first failed DegradedInactivity (UnhealthyInactivity) ago, by the database's records, is Degraded
+	// (Unhealthy) too: it is stuck on it. Defaults 1 and 100. Negative: never. Rule: UnhealthyInboxFailing not
+	// below InboxFailing when both are positive.
+	InboxFailing          int64
+	UnhealthyInboxFailing int64
 	// Timeout bounds one Check. Default 5s. Rule: not negative.
 	Timeout time.Duration
 	// Clock is the time the checker measures inactivity and failure windows with. Default time.Now.
@@ -143,6 +158,19 @@ func (c *Config) withDefaults() (Config, error) {
 	}
 	if s.DeadLetters == 0 {
 		s.DeadLetters = 1
+	}
+	if s.InboxDeadLetters == 0 {
+		s.InboxDeadLetters = 1
+	}
+	if s.InboxFailing == 0 {
+		s.InboxFailing = 1
+	}
+	if s.UnhealthyInboxFailing == 0 {
+		s.UnhealthyInboxFailing = max(DefaultUnhealthyInboxFailing, s.InboxFailing)
+	}
+	if s.InboxFailing > 0 && s.UnhealthyInboxFailing > 0 && s.UnhealthyInboxFailing < s.InboxFailing {
+		return bad("UnhealthyInboxFailing", "UnhealthyInboxFailing (%d) cannot be less than InboxFailing (%d).",
+			s.UnhealthyInboxFailing, s.InboxFailing)
 	}
 	switch {
 	case s.Timeout == 0:

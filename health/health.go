@@ -80,20 +80,21 @@ type Report struct {
 	Reasons []string `json:"reasons"`
 	// CheckedAt is the checker's clock at the check.
 	CheckedAt time.Time `json:"checked_at"`
-	// Components are the parts checked, in a stable order: outbox, relay, projections, workers.
+	// Components are the parts checked, in a stable order: outbox, relay, inbox, projections, workers.
 	Components []Component `json:"components"`
 }
 
 // Component is the verdict on one part of the pipeline, with the figures it was based on. Exactly one of the
 // details is set.
 type Component struct {
-	// Name is "outbox", "relay", "projection:" + checkpoint name, or "worker:" + worker name.
+	// Name is "outbox", "relay", "inbox", "projection:" + checkpoint name, or "worker:" + worker name.
 	Name    string   `json:"name"`
 	Status  Status   `json:"status"`
 	Reasons []string `json:"reasons,omitempty"`
 
 	Outbox   *OutboxDetails   `json:"outbox,omitempty"`
 	Relay    *RelayDetails    `json:"relay,omitempty"`
+	Inbox    *InboxDetails    `json:"inbox,omitempty"`
 	Follower *FollowerDetails `json:"follower,omitempty"`
 }
 
@@ -152,6 +153,27 @@ type RelayDetails struct {
 	ClaimError string `json:"claim_error,omitempty"`
 }
 
+// InboxDetails are the inbox figures a check saw: the totals, and every handler with failures.
+type InboxDetails struct {
+	// Failing counts the messages handlers are failing on (retrying); DeadLettered the inbox dead letters.
+	Failing      int64 `json:"failing"`
+	DeadLettered int64 `json:"dead_lettered"`
+	// Handlers are the handlers with failing messages or dead letters, by name.
+	Handlers []InboxHandlerDetails `json:"handlers"`
+}
+
+// InboxHandlerDetails are one inbox handler's failures.
+type InboxHandlerDetails struct {
+	Handler      string `json:"handler"`
+	Failing      int64  `json:"failing"`
+	MaxAttempts  int    `json:"max_attempts,omitempty"`
+	DeadLettered int64  `json:"dead_lettered"`
+	// FailingFor is how long ago the oldest failing message first failed (0 when none fails).
+	FailingFor    Duration   `json:"failing_for_seconds"`
+	LastFailureAt *time.Time `json:"last_failure_at,omitempty"`
+	LastError     string     `json:"last_error,omitempty"`
+}
+
 // FollowerDetails are the figures of a log follower (a projection checkpoint or a staging worker).
 type FollowerDetails struct {
 	// State is the projection's state ("running", "stopped", "failed"); empty for workers.
@@ -172,12 +194,16 @@ type FollowerDetails struct {
 	Inactive Duration `json:"inactive_seconds"`
 }
 
-// Checker checks the health of an outbox, its relays, projections and staging workers. It detects stalls by
-// sampling progress: each Check compares the outbox's latest publication and every follower's position with the
-// previous check's, and a component that has work but has not moved for DegradedInactivity (UnhealthyInactivity)
-// of the checker's clock is Degraded (Unhealthy), even when nothing reports an error. Call Check regularly (an
-// HTTP probe every few seconds does, or Run): a stall is seen at the earliest the inactivity threshold after the
-// first check that saw the work.
+// Checker checks the health of an outbox, its relays, the inbox's handlers, projections and staging workers. It
+// detects stalls from the database's own times and by sampling progress: a component that has work but has not
+// moved for DegradedInactivity (UnhealthyInactivity) is Degraded (Unhealthy), even when nothing reports an error.
+// How long it has not moved is the longer of what the database shows (the outbox: since the latest publication in
+// the sent ledger, at most since the oldest ready message became due; a projection or a worker read through
+// Projections or WorkerStatus: since its checkpoint last changed, at most since the oldest event ahead was
+// recorded; an inbox handler: since its oldest failing message first failed) and what the checker saw between its
+// checks. So a checker that has just started reports a stall that began before it. Workers given as Worker (lag
+// only) are judged by sampling alone: a stall is seen at the earliest the threshold after the first check that saw
+// the work. Call Check regularly (an HTTP probe every few seconds does, or Run).
 //
 // A Checker is safe for concurrent use; checks run one at a time. It starts no goroutine of its own.
 type Checker struct {
@@ -200,13 +226,27 @@ type progress struct {
 	since    time.Time // the checker's clock when it last moved, or when its work appeared
 }
 
-// advance records a sample and returns how long the component has had work without moving.
-func (p *progress) advance(now time.Time, work, moved bool) time.Duration {
-	if !p.seen || !work || moved {
+// advance records a sample and returns how long the component has had work without moving: the longer of what
+// the checker saw itself (since its first sample with the work, or the last move) and stalled, the time the
+// database's own records show it stalled for (0 when they cannot tell), so a checker that has just started, or
+// a console just restarted, sees a stall that began before it looked.
+func (p *progress) advance(now time.Time, work, moved bool, stalled time.Duration) time.Duration {
+	if !work {
 		p.seen, p.since = true, now
 		return 0
 	}
-	return max(now.Sub(p.since), 0)
+	if !p.seen || moved {
+		p.seen, p.since = true, now
+	}
+	return max(now.Sub(p.since), stalled, 0)
+}
+
+// stalledSince is how long ago at was by now, never negative; 0 for a zero time.
+func stalledSince(now, at time.Time) time.Duration {
+	if at.IsZero() {
+		return 0
+	}
+	return max(now.Sub(at), 0)
 }
 
 // New returns a Checker, or a *ConfigError naming the invalid field.
@@ -253,6 +293,9 @@ func (c *Checker) Check(ctx context.Context) Report {
 	}
 	if c.rates.hooked.Load() {
 		r.Components = append(r.Components, c.checkRelay(now))
+	}
+	if c.cfg.Inbox != nil {
+		r.Components = append(r.Components, c.checkInbox(ctx, now))
 	}
 	if c.cfg.Projections != nil {
 		r.Components = append(r.Components, c.checkProjections(ctx, now)...)
@@ -336,7 +379,19 @@ func (c *Checker) checkOutbox(ctx context.Context, now time.Time) Component {
 		t := c.lastPub
 		d.LastPublishedAt = &t
 	}
-	idle := c.outbox.advance(now, ready > 0, moved)
+	// From the database: ready messages have waited at least since the oldest became due, with nothing
+	// published since the latest publication in the ledger.
+	stalled := time.Duration(0)
+	if ready > 0 {
+		stalled = st.OldestPendingAge
+		if !c.lastPub.IsZero() {
+			stalled = min(stalled, stalledSince(now, c.lastPub))
+		}
+	}
+	if moved {
+		stalled = 0
+	}
+	idle := c.outbox.advance(now, ready > 0, moved, stalled)
 	d.Inactive = Duration(idle)
 	c.inactive(&v, idle, "%d messages ready but none published for %s (oldest pending for %s)", ready,
 		idle.Round(time.Second), st.OldestPendingAge.Round(time.Second))
@@ -406,12 +461,19 @@ func (c *Checker) follower(key string) *progress {
 	return p
 }
 
-// followed samples a follower's position and returns how long it has lagged without moving.
-func (c *Checker) followed(key string, now time.Time, position, lag int64) time.Duration {
+// followed samples a follower's position and returns how long it has lagged without moving. updatedAt is when
+// its checkpoint last changed in the database (zero when not known) and timeLag how long the oldest event ahead
+// has waited: the follower has been stalled at least the shorter of the two.
+func (c *Checker) followed(key string, now time.Time, position, lag int64, updatedAt time.Time,
+	timeLag time.Duration) time.Duration {
 	p := c.follower(key)
 	moved := p.seen && p.position != position
 	p.position = position
-	return p.advance(now, lag > 0, moved)
+	stalled := time.Duration(0)
+	if !updatedAt.IsZero() && !moved {
+		stalled = min(stalledSince(now, updatedAt), timeLag)
+	}
+	return p.advance(now, lag > 0, moved, stalled)
 }
 
 func (c *Checker) checkProjections(ctx context.Context, now time.Time) []Component {
@@ -422,7 +484,7 @@ func (c *Checker) checkProjections(ctx context.Context, now time.Time) []Compone
 	out := make([]Component, 0, len(sts))
 	for _, s := range sts {
 		out = append(out, c.judgeFollower(now, "projection:"+s.Checkpoint, s.State == projection.Failed, s.Attempts,
-			FollowerDetails{State: string(s.State), Position: s.Position, Head: s.Head, Lag: s.Lag,
+			s.UpdatedAt, FollowerDetails{State: string(s.State), Position: s.Position, Head: s.Head, Lag: s.Lag,
 				TimeLag: Duration(s.TimeLag), LastError: s.LastError, FailingPosition: s.FailingPosition,
 				Parked: s.Parked}))
 	}
@@ -433,9 +495,10 @@ func (c *Checker) checkProjections(ctx context.Context, now time.Time) []Compone
 // status as read from the database: failed is Unhealthy, a follower that does not move while behind is judged by
 // the inactivity thresholds, and an event being retried or parked events past the DeadLetters threshold are
 // Degraded.
-func (c *Checker) judgeFollower(now time.Time, name string, failed bool, attempts int, d FollowerDetails) Component {
+func (c *Checker) judgeFollower(now time.Time, name string, failed bool, attempts int, updatedAt time.Time,
+	d FollowerDetails) Component {
 	v := verdict{name: name}
-	idle := c.followed(name, now, d.Position, d.Lag)
+	idle := c.followed(name, now, d.Position, d.Lag, updatedAt, time.Duration(d.TimeLag))
 	d.Inactive = Duration(idle)
 	if failed {
 		v.add(Unhealthy, "failed: %s", d.LastError)
@@ -465,7 +528,7 @@ func (c *Checker) checkWorker(ctx context.Context, now time.Time, w Worker) Comp
 		v.add(Unhealthy, "cannot read its lag: %v", err)
 		return Component{Name: v.name, Status: v.status, Reasons: v.reasons}
 	}
-	idle := c.followed(v.name, now, lag.Position, lag.Events)
+	idle := c.followed(v.name, now, lag.Position, lag.Events, time.Time{}, 0)
 	d := FollowerDetails{Position: lag.Position, Head: lag.Head, Lag: lag.Events, TimeLag: Duration(lag.Time),
 		Inactive: Duration(idle)}
 	c.inactive(&v, idle, "%d positions behind (oldest waiting %s), position %d has not moved for %s", lag.Events,
@@ -525,9 +588,51 @@ func (c *Checker) checkWorkerStatus(ctx context.Context, now time.Time) []Compon
 	out := make([]Component, 0, len(sts))
 	for _, s := range sts {
 		out = append(out, c.judgeFollower(now, "worker:"+s.Name, s.State == staging.WorkerFailed, s.Attempts,
-			FollowerDetails{State: string(s.State), Position: s.Position, Head: s.Head, Lag: s.Lag,
+			s.UpdatedAt, FollowerDetails{State: string(s.State), Position: s.Position, Head: s.Head, Lag: s.Lag,
 				TimeLag: Duration(s.TimeLag), LastError: s.LastError, FailingPosition: s.FailingPosition,
 				Parked: s.Parked}))
 	}
 	return out
+}
+
+// checkInbox judges the inbox by its handlers' failures, read from the database: dead letters and failing
+// messages past their thresholds, and a handler stuck on a message for the inactivity thresholds.
+func (c *Checker) checkInbox(ctx context.Context, now time.Time) Component {
+	v := verdict{name: "inbox"}
+	fs, err := c.cfg.Inbox.InboxFailures(ctx)
+	if err != nil {
+		v.add(Unhealthy, "cannot read the inbox's failures: %v", err)
+		return Component{Name: v.name, Status: v.status, Reasons: v.reasons}
+	}
+	d := InboxDetails{Handlers: make([]InboxHandlerDetails, 0, len(fs))}
+	for _, f := range fs {
+		h := InboxHandlerDetails{Handler: f.Handler, Failing: f.Failing, MaxAttempts: f.MaxAttempts,
+			DeadLettered: f.DeadLettered, LastError: f.LastError}
+		if !f.LastFailureAt.IsZero() {
+			t := f.LastFailureAt
+			h.LastFailureAt = &t
+		}
+		d.Failing += f.Failing
+		d.DeadLettered += f.DeadLettered
+		if f.Failing > 0 {
+			stuck := stalledSince(now, f.FailingSince)
+			h.FailingFor = Duration(stuck)
+			switch {
+			case c.cfg.UnhealthyInboxFailing > 0 && f.Failing >= c.cfg.UnhealthyInboxFailing:
+				v.add(Unhealthy, "handler %q is failing on %d messages (unhealthy at %d): %s", f.Handler, f.Failing,
+					c.cfg.UnhealthyInboxFailing, f.LastError)
+			case c.cfg.InboxFailing > 0 && f.Failing >= c.cfg.InboxFailing:
+				v.add(Degraded, "handler %q is failing on %d messages (up to %d attempts): %s", f.Handler,
+					f.Failing, f.MaxAttempts, f.LastError)
+			}
+			c.inactive(&v, stuck, "handler %q has been failing on a message for %s", f.Handler,
+				stuck.Round(time.Second))
+		}
+		if c.cfg.InboxDeadLetters > 0 && f.DeadLettered >= c.cfg.InboxDeadLetters {
+			v.add(Degraded, "handler %q has %d dead letters waiting to be redriven or discarded", f.Handler,
+				f.DeadLettered)
+		}
+		d.Handlers = append(d.Handlers, h)
+	}
+	return Component{Name: v.name, Status: v.status, Reasons: v.reasons, Inbox: &d}
 }

@@ -90,6 +90,7 @@ func TestConfigValidation(t *testing.T) {
 		{"MinDeliveries", health.Config{MinDeliveries: -1}},
 		{"Timeout", health.Config{Timeout: -time.Second}},
 		{"Workers", health.Config{Workers: []health.Worker{nil}}},
+		{"UnhealthyInboxFailing", health.Config{InboxFailing: 10, UnhealthyInboxFailing: 5}},
 	}
 	for _, tc := range cases {
 		_, err := health.New(&tc.cfg)

@@ -200,8 +200,11 @@ func Permanent(err error) error { return stagehand.Permanent(err) }
 // with its outcome (handled, duplicate, failed, dead_lettered); h's ctx carries it, so the handler's own spans and
 // the messages it publishes continue the trace.
 func (i *Inbox) Handler(name string, h HandlerFunc) message.NoPublishHandlerFunc {
+	beat := i.o.inboxBeat(name)
 	return func(msg *message.Message) error {
-		return i.handle(name, msg, h)
+		err := i.handle(name, msg, h)
+		handledBeat(beat, err)
+		return err
 	}
 }
 
@@ -210,8 +213,10 @@ func (i *Inbox) Handler(name string, h HandlerFunc) message.NoPublishHandlerFunc
 // publish through that publisher: messages it returns are refused (an error), because a router publishes them after
 // the commit, where a failure would be skipped as a duplicate on redelivery and lost.
 func (i *Inbox) Middleware(name string) message.HandlerMiddleware {
+	beat := i.o.inboxBeat(name)
 	return func(next message.HandlerFunc) message.HandlerFunc {
-		return func(msg *message.Message) ([]*message.Message, error) {
+		return func(msg *message.Message) (_ []*message.Message, err error) {
+			defer func() { handledBeat(beat, err) }()
 			return nil, i.handle(name, msg, func(ctx context.Context, tx pgx.Tx, out *Publisher,
 				msg *message.Message) error {
 				orig := msg.Context()

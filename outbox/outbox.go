@@ -70,6 +70,8 @@ type Outbox struct {
 	staged       metric.Int64Counter
 	// sourced caches the staging statements per event-store schema (StageOptions.Source).
 	sourced sync.Map
+	// inboxBeats are the heartbeats of its inbox handlers (heartbeat.go).
+	inboxBeats inboxBeats
 
 	closeOnce sync.Once
 }

@@ -117,6 +117,13 @@ func (g *group) run() {
 	} else if !g.drain {
 		wakes = make([]chan struct{}, n) // nil channels: poll only
 	}
+	if !g.drain && g.r.beat != nil {
+		loops.Add(1)
+		go func() {
+			defer loops.Done()
+			g.r.beat.Run(g.ctx)
+		}()
+	}
 	var sh *lease.Share
 	if g.r.leases != nil && n > 1 && !g.drain {
 		sh = lease.NewShare(g.r.leases, g.r.s.LeaderElection+"/members/", n)

@@ -11,6 +11,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/stagehand-es/stagehand"
+	"github.com/stagehand-es/stagehand/internal/heartbeat"
 	"github.com/stagehand-es/stagehand/internal/lease"
 )
 
@@ -44,6 +45,7 @@ type Relay struct {
 	fenceChecked atomic.Bool
 	poolWarned   atomic.Bool       // a pool smaller than a subscription holds at once is logged once
 	maint        *relayMaintenance // nil when RelayConfig.Maintenance.Disabled
+	beat         *heartbeat.Beat   // the relay's heartbeat (heartbeat.go); nil when it cannot be made
 
 	mu     sync.Mutex
 	closed bool
@@ -73,6 +75,7 @@ func (o *Outbox) NewRelay(cfg *RelayConfig) (*Relay, error) {
 		s.Logger.Warn("stagehand: outbox relay runs unfenced (SingleWriter): the operator guarantees that it is "+
 			"the only relay draining this outbox", "processor_id", s.ProcessorID, "schema", o.schema)
 	}
+	r.beat = newRelayBeat(r)
 	if r.tel, err = newRelayTelemetry(r); err != nil {
 		return nil, err
 	}

@@ -192,6 +192,7 @@ func (t *relayTelemetry) published(ctx context.Context, span trace.Span, rw *row
 	switch out.kind {
 	case Published:
 		t.publishedC.Add(ctx, 1, t.topicAttr(rw.topic))
+		t.r.beat.Add(1, time.Now())
 	case Rejected, Unreachable:
 		if out.err != nil {
 			span.RecordError(out.err)

@@ -20,13 +20,14 @@ import (
 const (
 	envConsoleToken     = "STAGEHAND_CONSOLE_TOKEN"
 	envConsoleBasicAuth = "STAGEHAND_CONSOLE_BASIC_AUTH"
+	envConsoleCSRFKey   = "STAGEHAND_CONSOLE_CSRF_KEY"
 )
 
 func (a *app) consoleCommand() *cobra.Command {
 	var (
-		listen, token, basicAuth, title, prefix string
-		actions                                 bool
-		scope                                   tenantScope
+		listen, token, basicAuth, csrfKey, title, prefix string
+		actions                                          bool
+		scope                                            tenantScope
 	)
 	c := &cobra.Command{
 		Use:   "console",
@@ -41,6 +42,10 @@ browser sends as the password of its sign-in prompt and a script as "Authorizati
 --basic-auth USER:PASSWORD (or ` + envConsoleBasicAuth + `). With credentials, every page needs them. Without,
 the console listens on a loopback address only.
 
+Forms and confirmations are signed with a key drawn at start, so a restart invalidates open pages and replicas
+reject each other's forms. Give --csrf-key (or ` + envConsoleCSRFKey + `), at least 32 characters, for instance
+from "openssl rand -hex 32", to share it between restarts and replicas.
+
 It serves until interrupted (Ctrl-C ends it normally, exit 0).`,
 		Args: cobra.NoArgs,
 		Example: `  stagehand console                                        # read-only, http://127.0.0.1:8080/
@@ -54,8 +59,17 @@ It serves until interrupted (Ctrl-C ends it normally, exit 0).`,
 			if basicAuth == "" {
 				basicAuth = a.opts.getenv(envConsoleBasicAuth)
 			}
+			if csrfKey == "" {
+				csrfKey = a.opts.getenv(envConsoleCSRFKey)
+			}
 			cfg := &console.Config{Actions: actions, Title: title, Prefix: strings.TrimSuffix(prefix, "/"),
 				Logger: slog.New(slog.NewTextHandler(a.stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))}
+			if csrfKey != "" {
+				if len(csrfKey) < 32 {
+					return usageErrorf("--csrf-key must be at least 32 characters (%d given)", len(csrfKey))
+				}
+				cfg.CSRFKey = []byte(csrfKey)
+			}
 			who := ""
 			switch {
 			case token != "" && basicAuth != "":
@@ -126,6 +140,8 @@ It serves until interrupted (Ctrl-C ends it normally, exit 0).`,
 	f.StringVar(&token, "token", "", "token that signs in (default: the "+envConsoleToken+" environment variable)")
 	f.StringVar(&basicAuth, "basic-auth", "", "USER:PASSWORD that signs in (default: the "+envConsoleBasicAuth+
 		" environment variable)")
+	f.StringVar(&csrfKey, "csrf-key", "", "key (32 characters or more) signing forms and confirmations, shared by "+
+		"restarts and replicas (default: the "+envConsoleCSRFKey+" environment variable, else a random key)")
 	f.BoolVar(&actions, "actions", false, "enable the actions (redrive, discard, replay, rebuild); needs credentials")
 	f.StringVar(&title, "title", "", "the deployment's name in the pages' header (default \"stagehand\")")
 	f.StringVar(&prefix, "prefix", "", "path to serve the console under, for a reverse proxy (default: the root)")

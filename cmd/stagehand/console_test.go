@@ -93,6 +93,54 @@ func TestConsoleFlags(t *testing.T) {
 	e.fails(exitUsage, "is not HOST:PORT", "console", "--listen", "8080")
 	e.fails(exitUsage, "Prefix", "console", "--prefix", "no-slash")
 	e.fails(exitUsage, "Tenant", "console", "--tenant", "bad\x01tenant")
+	e.fails(exitUsage, "at least 32 characters", "console", "--csrf-key", "short")
+}
+
+// On a schema that was never migrated the console does not start: one line says which schema and how to
+// migrate it.
+func TestConsoleRefusesAnUnmigratedSchema(t *testing.T) {
+	t.Parallel()
+	pool, schema := pgtest.Schema(t)
+	e := &env{t: t, pool: pool, schema: schema, url: pgtest.URL(t)}
+	e.fails(exitFailure, "stagehand migrate up --schema "+schema, "console", "--listen", "127.0.0.1:0")
+}
+
+// confirmForm returns the hidden fields of a confirmation page's form.
+func confirmForm(t *testing.T, confirm string) url.Values {
+	t.Helper()
+	i := strings.Index(confirm, `id="confirm-form"`)
+	require.GreaterOrEqual(t, i, 0, confirm)
+	act := url.Values{}
+	for _, m := range regexp.MustCompile(`<input type="hidden" name="([^"]+)" value="([^"]*)">`).
+		FindAllStringSubmatch(confirm[i:], -1) {
+		act.Add(m[1], strings.NewReplacer("&#43;", "+", "&amp;", "&").Replace(m[2]))
+	}
+	return act
+}
+
+// Two consoles given the same --csrf-key (one by the flag, one by the environment) accept each other's forms and
+// confirmations, as replicas behind a load balancer or a restarted console must; one with another key does not.
+func TestConsolesSharingACSRFKey(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	o := e.outbox(nil)
+	deadLetters(t, o, outbox.Message{ID: "order-41", Topic: "orders", Tenant: "acme", Payload: []byte(`{}`)})
+	key := strings.Repeat("0123456789abcdef", 4)
+	a, _ := e.serveConsole(map[string]string{envConsoleToken: "s3cret"}, "--actions", "--csrf-key", key)
+	b, _ := e.serveConsole(map[string]string{envConsoleToken: "s3cret", envConsoleCSRFKey: key}, "--actions")
+	c, _ := e.serveConsole(map[string]string{envConsoleToken: "s3cret"}, "--actions")
+	auth := []string{"Authorization", "Bearer s3cret"}
+	_, _, page := fetch(t, http.MethodGet, a+"/dead", nil, auth...)
+	token := regexp.MustCompile(`name="csrf" value="([^"]+)"`).FindStringSubmatch(page)
+	require.NotNil(t, token)
+	form := url.Values{"csrf": {token[1]}, "source": {"outbox"}, "do": {"redrive:matching"}}
+	code, _, _ := fetch(t, http.MethodPost, c+"/confirm", form, auth...)
+	require.Equal(t, http.StatusForbidden, code, "a console with its own random key refuses a's form")
+	code, _, confirm := fetch(t, http.MethodPost, b+"/confirm", form, auth...)
+	require.Equal(t, http.StatusOK, code, "b accepts a's form: %s", confirm)
+	code, _, _ = fetch(t, http.MethodPost, a+"/act", confirmForm(t, confirm), auth...)
+	require.Equal(t, http.StatusSeeOther, code, "a accepts b's confirmation")
+	require.EqualValues(t, 1, pgtest.Count(t, e.pool, `SELECT count(*) FROM `+pgtest.Q(e.schema, "outbox")))
 }
 
 // A read-only console serves the pages of the schema and ends normally when interrupted.

@@ -14,6 +14,7 @@ import (
 	"github.com/stagehand-es/stagehand"
 	"github.com/stagehand-es/stagehand/eventstore"
 	"github.com/stagehand-es/stagehand/internal/backoff"
+	"github.com/stagehand-es/stagehand/internal/heartbeat"
 	"github.com/stagehand-es/stagehand/internal/lease"
 	"github.com/stagehand-es/stagehand/internal/pgnotify"
 )
@@ -32,6 +33,9 @@ type Follower struct {
 	running    atomic.Bool
 	poolWarned atomic.Bool // the pool's shortfall is logged once
 	wake       chan struct{}
+	// beat records, while Run runs, that this process runs the follower (active or standby) and when it last
+	// applied events; nil when it cannot be made (heartbeats are best effort).
+	beat *heartbeat.Beat
 }
 
 // New returns a Follower that reads store and keeps its checkpoint (and takes its lease) on pool. store may be
@@ -50,6 +54,9 @@ func New(pool *pgxpool.Pool, store eventstore.Store, h Handler, cfg *Config) (*F
 	if err != nil {
 		return nil, err
 	}
+	if c.Owner == "" { // the lease's and the heartbeat's name of this process
+		c.Owner = lease.DefaultOwner()
+	}
 	leases, err := lease.New(pool, &lease.Config{Schema: c.Schema, Owner: c.Owner, TTL: c.LeaseTTL,
 		RenewInterval: c.LeaseRenewInterval, AcquireInterval: c.LeaseAcquireInterval, Logger: c.Logger})
 	if err != nil {
@@ -59,9 +66,14 @@ func New(pool *pgxpool.Pool, store eventstore.Store, h Handler, cfg *Config) (*F
 		}
 		return nil, err
 	}
+	beat, err := heartbeat.New(pool, heartbeat.Config{Schema: c.Schema, Kind: c.Kind, Name: c.Name,
+		Instance: c.Owner, Logger: c.Logger})
+	if err != nil {
+		beat = nil
+	}
 	return &Follower{pool: pool, store: store, handler: h, cfg: c, leases: leases,
 		table: pgx.Identifier{c.Schema, "checkpoints"}.Sanitize(), filter: c.filterText(),
-		wake: make(chan struct{}, 1)}, nil
+		wake: make(chan struct{}, 1), beat: beat}, nil
 }
 
 // Name returns the follower's name.
@@ -88,6 +100,18 @@ func (f *Follower) Run(ctx context.Context) error {
 		f.cfg.Logger.WarnContext(ctx, "stagehand: log follower's pool is smaller than what it holds at once; its "+
 			"statements will wait for connections, and a lease renewal that waits too long loses the lease",
 			"name", f.cfg.Name, "detail", short)
+	}
+	if f.beat != nil {
+		beatCtx, stopBeat := context.WithCancel(ctx)
+		beating := make(chan struct{})
+		go func() {
+			defer close(beating)
+			f.beat.Run(beatCtx)
+		}()
+		defer func() {
+			stopBeat()
+			<-beating
+		}()
 	}
 	var notified <-chan struct{}
 	if n, ok := f.store.(notifier); ok && !f.cfg.DisableListen && n.Pool() != nil {
@@ -370,6 +394,9 @@ func (f *Follower) commit(ctx context.Context, l lease.Lease, p *progress, b *tx
 	}
 	if err := tx.Commit(ctx); err != nil {
 		return f.errorf("commit checkpoint %d: %w", b.last, err)
+	}
+	if len(b.recs) > 0 {
+		f.beat.Add(int64(len(b.recs)), time.Now())
 	}
 	if f.cfg.AfterCommit != nil && len(b.recs) > 0 {
 		f.cfg.AfterCommit()

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -17,6 +18,7 @@ import (
 	"github.com/chromedp/cdproto/cdp"
 	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/chromedp"
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/stagehand-es/stagehand/console"
@@ -339,6 +341,17 @@ func TestRefusals(t *testing.T) {
 		"no CSRF token")
 	require.Equal(t, http.StatusForbidden, post(acting+"/confirm", "source=outbox&do=discard:matching&csrf=forged"),
 		"a forged CSRF token")
+	// The signed-in operator's own CSRF token, on an action that was never confirmed, with a bound in the future
+	// and a made-up count: refused, and recorded as refused.
+	csrf, err := chromedp.Run(ctx, chromedp.Evaluate[string](`document.querySelector('input[name="csrf"]').value`))
+	require.NoError(t, err)
+	require.Equal(t, http.StatusForbidden, post(acting+"/act", "action=outbox.discard&mode=matching&source=outbox"+
+		"&bound=2030-01-01T00:00:00Z&expected=99&csrf="+url.QueryEscape(csrf)), "an unconfirmed action")
+	var refusedRecords int
+	require.NoError(t, s.pool.QueryRow(context.Background(), `SELECT count(*) FROM `+
+		pgx.Identifier{s.schema, "console_audit"}.Sanitize()+` WHERE action = 'outbox.discard' AND confirmed = 99
+		AND affected = 0 AND error LIKE 'refused: %'`).Scan(&refusedRecords))
+	require.Equal(t, 1, refusedRecords, "the refusal is recorded")
 	st, err := s.ob.AllTenants().Stats(context.Background())
 	require.NoError(t, err)
 	require.EqualValues(t, 1, st.DeadLettered, "nothing was discarded")
