@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/stagehand-es/stagehand/eventstore"
@@ -33,19 +34,44 @@ func inFlight(t *testing.T, s *eventstore.PostgresStore, stream string) (commit 
 // On a server in recovery (a hot standby does not show the primary's transactions in pg_locks, so a gap would be
 // judged final while the primary may still commit it), ReadLog refuses with ErrInRecovery: at its first read, and
 // at a gap if the server went into recovery later (a pool that reached a standby after a failover).
+//
+// The store asks the server through pg_is_in_recovery(); the test's pool resolves that name to a function of its
+// own (a schema ahead of pg_catalog in its search_path) whose answer the test switches, so the store's own SQL runs
+// as it would against a standby.
 func TestReadLogRefusesAServerInRecovery(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	s := newPostgres(t)
-	_, err := s.Append(ctx, one("a"))
+	admin, schema := pgtest.Migrated(t)
+	standin := schema + "_standin"
+	q := pgx.Identifier{standin}.Sanitize()
+	_, err := admin.Exec(ctx, `CREATE SCHEMA `+q+`;
+		CREATE TABLE `+q+`.recovery (standby boolean NOT NULL);
+		INSERT INTO `+q+`.recovery VALUES (true);
+		CREATE FUNCTION `+q+`.pg_is_in_recovery() RETURNS boolean LANGUAGE sql STABLE
+			AS 'SELECT standby FROM `+q+`.recovery'`)
 	require.NoError(t, err)
-	standby := true
-	eventstore.SetRecoveryProbe(s, func(context.Context) (bool, error) { return standby, nil })
+	t.Cleanup(func() { _, _ = admin.Exec(context.Background(), `DROP SCHEMA `+q+` CASCADE`) })
+	standby := func(on bool) {
+		_, err := admin.Exec(ctx, `UPDATE `+q+`.recovery SET standby = $1`, on)
+		require.NoError(t, err)
+	}
+	cfg, err := pgxpool.ParseConfig(pgtest.URL(t))
+	require.NoError(t, err)
+	cfg.ConnConfig.RuntimeParams["search_path"] = standin + ", pg_catalog"
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	s, err := eventstore.NewPostgres(pool, &eventstore.PostgresConfig{Schema: schema, MaxGapWait: 100 * time.Millisecond})
+	require.NoError(t, err)
+	t.Cleanup(s.Close)
+
+	_, err = s.Append(ctx, one("a"))
+	require.NoError(t, err)
 	_, err = s.ReadLog(ctx, eventstore.LogQuery{})
 	require.ErrorIs(t, err, eventstore.ErrInRecovery)
 	require.ErrorContains(t, err, "primary")
 
-	standby = false
+	standby(false)
 	page, err := s.ReadLog(ctx, eventstore.LogQuery{})
 	require.NoError(t, err)
 	require.Len(t, page.Records, 1)
@@ -53,7 +79,7 @@ func TestReadLogRefusesAServerInRecovery(t *testing.T) {
 	inFlight(t, s, "b") // position 2, in flight
 	_, err = s.Append(ctx, one("c"))
 	require.NoError(t, err) // position 3, committed
-	standby = true
+	standby(true)
 	_, err = s.ReadLog(ctx, eventstore.LogQuery{After: page.Last})
 	require.ErrorIs(t, err, eventstore.ErrInRecovery, "a gap is never judged on a standby")
 }

@@ -102,8 +102,6 @@ type PostgresStore struct {
 	notifier *pgnotify.Notifier
 	channel  string
 
-	// recoveryProbe, when set (tests), replaces pg_is_in_recovery() in the log reader's checks.
-	recoveryProbe func(context.Context) (bool, error)
 	primary       atomic.Bool // the first ReadLog found a server not in recovery
 }
 

@@ -195,11 +195,6 @@ func (s *PostgresStore) lockHolders(ctx context.Context) ([]string, int64, error
 		return nil, 0, fmt.Errorf("eventstore: read lock holders of %s (did you run stagehand.Migrate?): %w",
 			s.t.events, err)
 	}
-	if s.recoveryProbe != nil {
-		if inRecovery, err = s.recoveryProbe(ctx); err != nil {
-			return nil, 0, err
-		}
-	}
 	if inRecovery {
 		return nil, 0, &InRecoveryError{Schema: s.cfg.Schema}
 	}
@@ -223,13 +218,7 @@ func (s *PostgresStore) checkPrimary(ctx context.Context) error {
 		return nil
 	}
 	var inRecovery bool
-	var err error
-	if s.recoveryProbe != nil {
-		inRecovery, err = s.recoveryProbe(ctx)
-	} else {
-		err = s.pool.QueryRow(ctx, `SELECT pg_is_in_recovery()`).Scan(&inRecovery)
-	}
-	if err != nil {
+	if err := s.pool.QueryRow(ctx, `SELECT pg_is_in_recovery()`).Scan(&inRecovery); err != nil {
 		return fmt.Errorf("eventstore: read log: is the server in recovery: %w", err)
 	}
 	if inRecovery {
