@@ -102,7 +102,7 @@ type PostgresStore struct {
 	notifier *pgnotify.Notifier
 	channel  string
 
-	primary       atomic.Bool // the first ReadLog found a server not in recovery
+	primary atomic.Bool // the first ReadLog found a server not in recovery
 }
 
 type tables struct {
