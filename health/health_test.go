@@ -356,7 +356,7 @@ func (e *env) stage(t testing.TB, prefix string, n int) {
 // startRelay runs a relay whose consumer acks what gate lets through (everything when gate is nil) until stop.
 func (e *env) startRelay(t testing.TB, hooks outbox.Hooks, gate <-chan struct{}) (stop func()) {
 	t.Helper()
-	r, err := e.ob.NewRelay(&outbox.RelayConfig{PollingInterval: 20 * time.Millisecond, LeaseDuration: 5 * time.Second,
+	r, err := e.ob.NewRelay(&outbox.RelayConfig{PollingInterval: 20 * time.Millisecond, ClaimDuration: 5 * time.Second,
 		AckDeadline: 10 * time.Second, MaxDegreeOfParallelism: 1, Hooks: hooks})
 	require.NoError(t, err)
 	ch, err := r.SubscribeTopics(context.Background())

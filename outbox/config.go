@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math"
 	"os"
 	"strings"
 	"time"
@@ -16,6 +15,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/stagehand-es/stagehand/internal/backoff"
+	"github.com/stagehand-es/stagehand/internal/conf"
 )
 
 // RelayConfig holds a relay's processing settings. A nil *RelayConfig means Balanced(); a zero field means the
@@ -57,11 +57,11 @@ type RelayConfig struct {
 	// ProcessorID names this relay in leases (a random suffix is added, so replicas sharing a configuration never
 	// share a lease). Default: the host name. Rule: not blank.
 	ProcessorID string
-	// LeaseDuration is how long a claimed row stays reserved for this relay. The relay renews the lease of rows it
-	// still holds every third of it, so it only lapses when the relay dies or stalls; another relay then takes
-	// the row over (a possible duplicate, never a loss). Default 10s (the rows of a crashed relay without leader
+	// ClaimDuration is how long a claimed row stays reserved for this relay (a claim: "lease" names leadership
+	// alone, LeaderElection). The relay renews the claims it still holds every third of it, so a claim only lapses
+	// when the relay dies or stalls; another relay then takes the row over (a possible duplicate, never a loss). Default 10s (the rows of a crashed relay without leader
 	// election wait that long; a fenced relay takes them over at once). Rule: at least 100ms.
-	LeaseDuration time.Duration
+	ClaimDuration time.Duration
 	// AckDeadline is how long a delivered message may stay unacknowledged before it counts as a rejected attempt
 	// and is retried after its backoff. Default 1m. Rule: positive.
 	AckDeadline time.Duration
@@ -132,14 +132,42 @@ type RelayConfig struct {
 	MeterProvider metric.MeterProvider
 }
 
-// Lease defaults of a relay, chosen from measurements (see "Lease defaults" in the outbox README): a renewal costs
-// about 120µs of database time and took at most 0.2s on a saturated 2-core machine, so a live holder keeps its
-// lease through renewals 17 (leader) or 33 (rows) times slower than that, while a crash stalls work for seconds.
+// Defaults of RelayConfig: the Balanced profile, which a nil *RelayConfig means and a zero field falls back to.
 const (
-	// DefaultLeaseDuration is RelayConfig.LeaseDuration's default: 10s. A claim's rows are renewed every third of
+	// DefaultBatchSize is how many rows one claim takes.
+	DefaultBatchSize = 100
+	// DefaultPollingInterval is how often a relay polls when no wake-up arrives.
+	DefaultPollingInterval = time.Second
+	// DefaultMaxRetryCount is how many retries follow a message's first rejected attempt.
+	DefaultMaxRetryCount = 5
+	// DefaultRetryDelay is the backoff after the first rejection.
+	DefaultRetryDelay = 5 * time.Minute
+	// DefaultMaxRetryDelay caps the backoff (or RetryDelay, when that is longer).
+	DefaultMaxRetryDelay = time.Hour
+	// DefaultJitter is the largest fraction of a backoff added at random.
+	DefaultJitter = 0.2
+	// DefaultMaxDegreeOfParallelism is how many deliveries may be in flight at once.
+	DefaultMaxDegreeOfParallelism = 4
+	// DefaultAckDeadline is how long a delivery may wait for its acknowledgement.
+	DefaultAckDeadline = time.Minute
+	// DefaultBrokerBackoff and DefaultMaxBrokerBackoff bound the pause after an unreachable broker.
+	DefaultBrokerBackoff    = time.Second
+	DefaultMaxBrokerBackoff = 30 * time.Second
+	// DefaultVacuumInterval is how often a relay considers vacuuming the outbox table.
+	DefaultVacuumInterval = 10 * time.Second
+	// DefaultVacuumAfterRows is how many rows must have left the table since the last vacuum.
+	DefaultVacuumAfterRows = 10000
+)
+
+// Claim and lease defaults of a relay, chosen from measurements (see "Lease defaults" in the outbox README): a
+// renewal costs about 120µs of database time and took at most 0.2s on a saturated 2-core machine, so a live holder
+// keeps its claims and lease through renewals 33 (rows) or 17 (leader) times slower than that, while a crash stalls
+// work for seconds.
+const (
+	// DefaultClaimDuration is RelayConfig.ClaimDuration's default: 10s. A claim's rows are renewed every third of
 	// it in one statement per batch in flight; a relay without leader election that crashes leaves its rows to
 	// the others after about this long.
-	DefaultLeaseDuration = 10 * time.Second
+	DefaultClaimDuration = 10 * time.Second
 	// DefaultLeaderTTL is RelayConfig.LeaderTTL's default: 5s. A crashed leader's partitions move after about
 	// 5-6s (the TTL plus one contention interval); graceful closes hand over at once.
 	DefaultLeaderTTL = 5 * time.Second
@@ -232,8 +260,9 @@ func HighThroughput() *RelayConfig {
 
 // Balanced is the Excalibur outbox documentation's profile for most production workloads, and the default.
 func Balanced() *RelayConfig {
-	return &RelayConfig{BatchSize: 100, PollingInterval: time.Second, MaxRetryCount: Retries(5),
-		RetryDelay: 5 * time.Minute, MaxDegreeOfParallelism: 4}
+	return &RelayConfig{BatchSize: DefaultBatchSize, PollingInterval: DefaultPollingInterval,
+		MaxRetryCount: Retries(DefaultMaxRetryCount), RetryDelay: DefaultRetryDelay,
+		MaxDegreeOfParallelism: DefaultMaxDegreeOfParallelism}
 }
 
 // HighReliability is the Excalibur outbox documentation's profile for financial transactions and critical systems:
@@ -254,127 +283,55 @@ func (c *RelayConfig) settings(defaultLogger *slog.Logger) (settings, error) {
 	if c == nil {
 		c = Balanced()
 	}
-	s := settings{RelayConfig: *c, maxRetryCount: 5}
+	s := settings{RelayConfig: *c, maxRetryCount: DefaultMaxRetryCount}
 	if c.MaxRetryCount != nil {
 		s.maxRetryCount = *c.MaxRetryCount
 	}
-	bad := func(field, msg string) (settings, error) {
-		return settings{}, &ConfigError{Package: "outbox", Field: field, Reason: msg}
-	}
-	switch {
-	case s.BatchSize == 0:
-		s.BatchSize = 100
-	case s.BatchSize < 1:
-		return bad("BatchSize", "BatchSize must be at least 1.")
-	case s.BatchSize > 10000:
-		return bad("BatchSize", "BatchSize cannot exceed 10000.")
-	}
-	switch {
-	case s.PollingInterval == 0:
-		s.PollingInterval = time.Second
-	case s.PollingInterval < 10*time.Millisecond:
-		return bad("PollingInterval", "PollingInterval must be at least 10ms.")
-	}
-	switch {
-	case s.ClaimInterval < 0:
-		return bad("ClaimInterval", "ClaimInterval cannot be negative.")
-	case s.ClaimInterval > s.PollingInterval:
-		return bad("ClaimInterval", "ClaimInterval cannot be longer than PollingInterval.")
+	check := conf.Check{Package: "outbox"}
+	check.Int("BatchSize", &s.BatchSize, DefaultBatchSize, 1, 10000)
+	check.Duration("PollingInterval", &s.PollingInterval, DefaultPollingInterval, 10*time.Millisecond)
+	check.NonNegativeDuration("ClaimInterval", &s.ClaimInterval, 0)
+	if s.ClaimInterval > s.PollingInterval {
+		check.Fail("ClaimInterval", "must not be longer than PollingInterval")
 	}
 	if s.maxRetryCount < 0 {
-		return bad("MaxRetryCount", "MaxRetryCount cannot be negative.")
+		check.Fail("MaxRetryCount", "must not be negative")
 	}
-	switch {
-	case s.RetryDelay == 0:
-		s.RetryDelay = 5 * time.Minute
-	case s.RetryDelay < 0:
-		return bad("RetryDelay", "RetryDelay must be positive.")
-	}
-	switch {
-	case s.MaxRetryDelay == 0:
-		s.MaxRetryDelay = max(time.Hour, s.RetryDelay)
-	case s.MaxRetryDelay < s.RetryDelay:
-		return bad("MaxRetryDelay", "MaxRetryDelay cannot be less than RetryDelay.")
-	}
-	switch {
-	case s.Jitter == 0:
-		s.Jitter = 0.2
-	case s.Jitter < 0 || s.Jitter > 1 || math.IsNaN(s.Jitter):
-		return bad("Jitter", "Jitter must be between 0 and 1.")
-	}
-	switch {
-	case s.MaxDegreeOfParallelism == 0:
-		s.MaxDegreeOfParallelism = 4
-	case s.MaxDegreeOfParallelism < 1:
-		return bad("MaxDegreeOfParallelism", "MaxDegreeOfParallelism must be at least 1.")
-	}
-	if s.ProcessorID == "" {
-		host, err := os.Hostname()
-		if err != nil || strings.TrimSpace(host) == "" {
-			host = "relay"
-		}
-		s.ProcessorID = host
-	} else if strings.TrimSpace(s.ProcessorID) == "" {
-		return bad("ProcessorID", "ProcessorID cannot be empty or whitespace.")
-	}
-	switch {
-	case s.LeaseDuration == 0:
-		s.LeaseDuration = DefaultLeaseDuration
-	case s.LeaseDuration < 100*time.Millisecond:
-		return bad("LeaseDuration", "LeaseDuration must be at least 100ms.")
-	}
-	switch {
-	case s.AckDeadline == 0:
-		s.AckDeadline = time.Minute
-	case s.AckDeadline < 0:
-		return bad("AckDeadline", "AckDeadline must be positive.")
-	}
+	check.Duration("RetryDelay", &s.RetryDelay, DefaultRetryDelay, 0)
+	check.Duration("MaxRetryDelay", &s.MaxRetryDelay, max(DefaultMaxRetryDelay, s.RetryDelay), 0)
+	check.AtLeast("MaxRetryDelay", s.MaxRetryDelay, "RetryDelay", s.RetryDelay)
+	check.Fraction("Jitter", &s.Jitter, DefaultJitter)
+	check.Int("MaxDegreeOfParallelism", &s.MaxDegreeOfParallelism, DefaultMaxDegreeOfParallelism, 1, 0)
+	check.Text("ProcessorID", &s.ProcessorID, hostName(), nil)
+	check.Duration("ClaimDuration", &s.ClaimDuration, DefaultClaimDuration, 100*time.Millisecond)
+	check.Duration("AckDeadline", &s.AckDeadline, DefaultAckDeadline, 0)
 	if s.IsBrokerUnavailable == nil {
 		s.IsBrokerUnavailable = BrokerUnavailable
 	}
-	switch {
-	case s.BrokerBackoff == 0:
-		s.BrokerBackoff = time.Second
-	case s.BrokerBackoff < 0:
-		return bad("BrokerBackoff", "BrokerBackoff must be positive.")
-	}
-	switch {
-	case s.MaxBrokerBackoff == 0:
-		s.MaxBrokerBackoff = max(30*time.Second, s.BrokerBackoff)
-	case s.MaxBrokerBackoff < s.BrokerBackoff:
-		return bad("MaxBrokerBackoff", "MaxBrokerBackoff cannot be less than BrokerBackoff.")
-	}
-	if s.LeaderElection != "" && strings.TrimSpace(s.LeaderElection) == "" {
-		return bad("LeaderElection", "LeaderElection cannot be whitespace.")
-	}
-	switch {
-	case s.LeaderTTL != 0 && s.LeaderElection == "":
-		return bad("LeaderTTL", "LeaderTTL needs LeaderElection.")
-	case s.LeaderTTL == 0:
+	check.Duration("BrokerBackoff", &s.BrokerBackoff, DefaultBrokerBackoff, 0)
+	check.Duration("MaxBrokerBackoff", &s.MaxBrokerBackoff, max(DefaultMaxBrokerBackoff, s.BrokerBackoff), 0)
+	check.AtLeast("MaxBrokerBackoff", s.MaxBrokerBackoff, "BrokerBackoff", s.BrokerBackoff)
+	if s.LeaderElection != "" {
+		check.Text("LeaderElection", &s.LeaderElection, "", nil)
+		check.Duration("LeaderTTL", &s.LeaderTTL, DefaultLeaderTTL, 100*time.Millisecond)
+	} else if s.LeaderTTL != 0 {
+		check.Fail("LeaderTTL", "needs LeaderElection")
+	} else {
 		s.LeaderTTL = DefaultLeaderTTL
-	case s.LeaderTTL < 100*time.Millisecond:
-		return bad("LeaderTTL", "LeaderTTL must be at least 100ms.")
 	}
 	if s.SingleWriter && s.LeaderElection != "" {
-		return bad("SingleWriter", "SingleWriter cannot be combined with LeaderElection: an elected relay is fenced.")
+		check.Fail("SingleWriter", "cannot be combined with LeaderElection: an elected relay is fenced")
 	}
-	switch {
-	case s.Partitions == 0:
-		s.Partitions = 1
-	case s.Partitions < 1 || s.Partitions > maxPartitions:
-		return bad("Partitions", fmt.Sprintf("Partitions must be between 1 and %d.", maxPartitions))
-	}
+	check.Int("Partitions", &s.Partitions, 1, 1, maxPartitions)
 	if s.PartitionBy != PartitionByKey && s.PartitionBy != PartitionByTenant {
-		return bad("PartitionBy", "PartitionBy must be PartitionByKey or PartitionByTenant.")
+		check.Fail("PartitionBy", "must be PartitionByKey or PartitionByTenant")
 	}
 	if s.VacuumInterval == 0 {
-		s.VacuumInterval = 10 * time.Second
+		s.VacuumInterval = DefaultVacuumInterval
 	}
-	switch {
-	case s.VacuumAfterRows < 0:
-		return bad("VacuumAfterRows", "VacuumAfterRows must not be negative.")
-	case s.VacuumAfterRows == 0:
-		s.VacuumAfterRows = 10000
+	check.NonNegativeInt("VacuumAfterRows", &s.VacuumAfterRows, DefaultVacuumAfterRows)
+	if err := check.Err(); err != nil {
+		return settings{}, err
 	}
 	if s.Logger == nil {
 		s.Logger = defaultLogger
@@ -397,6 +354,15 @@ func (c *RelayConfig) settings(defaultLogger *slog.Logger) (settings, error) {
 		s.maintenance = &m
 	}
 	return s, nil
+}
+
+// hostName is the default ProcessorID: the host's name, or "relay" when it has none.
+func hostName() string {
+	host, err := os.Hostname()
+	if err != nil || strings.TrimSpace(host) == "" {
+		return "relay"
+	}
+	return host
 }
 
 // Validate reports the first invalid setting as a *ConfigError (errors.Is(err, ErrInvalidConfig)).

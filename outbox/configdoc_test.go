@@ -35,7 +35,7 @@ func TestREADMEConfigTables(t *testing.T) {
 		"", map[string]any{
 			"BatchSize": s.BatchSize, "PollingInterval": s.PollingInterval, "ClaimInterval": s.ClaimInterval, "MaxRetryCount": s.maxRetryCount,
 			"RetryDelay": s.RetryDelay, "MaxRetryDelay": s.MaxRetryDelay, "Jitter": s.Jitter,
-			"MaxDegreeOfParallelism": s.MaxDegreeOfParallelism, "LeaseDuration": s.LeaseDuration, "AckDeadline": s.AckDeadline,
+			"MaxDegreeOfParallelism": s.MaxDegreeOfParallelism, "ClaimDuration": s.ClaimDuration, "AckDeadline": s.AckDeadline,
 			"ReleaseKeyOnDeadLetter": s.ReleaseKeyOnDeadLetter, "BrokerBackoff": s.BrokerBackoff,
 			"MaxBrokerBackoff": s.MaxBrokerBackoff, "DisableNotify": s.DisableNotify,
 			"VacuumInterval": s.VacuumInterval, "VacuumAfterRows": s.VacuumAfterRows, "LeaderElection": s.LeaderElection, "LeaderTTL": s.LeaderTTL,

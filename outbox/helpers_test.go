@@ -68,7 +68,7 @@ func (e *env) relay(mod func(*outbox.RelayConfig)) *outbox.Relay {
 		PollingInterval: 50 * time.Millisecond,
 		RetryDelay:      50 * time.Millisecond,
 		MaxRetryDelay:   200 * time.Millisecond,
-		LeaseDuration:   5 * time.Second,
+		ClaimDuration:   5 * time.Second,
 		AckDeadline:     5 * time.Second,
 		BrokerBackoff:   50 * time.Millisecond,
 	}

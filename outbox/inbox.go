@@ -16,6 +16,7 @@ import (
 
 	"github.com/stagehand-es/stagehand"
 	"github.com/stagehand-es/stagehand/internal/backoff"
+	"github.com/stagehand-es/stagehand/internal/conf"
 	"github.com/stagehand-es/stagehand/internal/jsonmeta"
 	"github.com/stagehand-es/stagehand/internal/telemetry"
 )
@@ -32,6 +33,8 @@ const DefaultInboxRetention = 7 * 24 * time.Hour
 
 // Inbox defaults.
 const (
+	// DefaultInboxMaxAttempts is InboxConfig.MaxAttempts's default: 5.
+	DefaultInboxMaxAttempts = 5
 	// DefaultInboxRetryDelay is InboxConfig.RetryDelay's default: 1s. With the default MaxAttempts (5) a message
 	// that keeps failing is dead-lettered after waits of about 1s, 2s, 4s and 8s (plus jitter), some 15-18s in all.
 	DefaultInboxRetryDelay = time.Second
@@ -106,52 +109,9 @@ type Inbox struct {
 
 // NewInbox returns an Inbox on the outbox's database and schema.
 func (o *Outbox) NewInbox(cfg *InboxConfig) (*Inbox, error) {
-	var c InboxConfig
-	if cfg != nil {
-		c = *cfg
-	}
-	switch {
-	case c.MaxAttempts == 0:
-		c.MaxAttempts = 5
-	case c.MaxAttempts < 1:
-		return nil, &ConfigError{Package: "outbox", Field: "MaxAttempts", Reason: "MaxAttempts must be at least 1."}
-	}
-	if err := checkTxOptions(c.TxOptions); err != nil {
+	c, err := cfg.withDefaults()
+	if err != nil {
 		return nil, err
-	}
-	switch {
-	case c.ContentionRetries == 0:
-		c.ContentionRetries = DefaultContentionRetries
-	case c.ContentionRetries == -1:
-		c.ContentionRetries = 0
-	case c.ContentionRetries < -1:
-		return nil, &ConfigError{Package: "outbox", Field: "ContentionRetries",
-			Reason: "ContentionRetries must be -1 (no reruns) or more."}
-	}
-	switch {
-	case c.RetryDelay == 0:
-		c.RetryDelay = DefaultInboxRetryDelay
-	case c.RetryDelay < 0:
-		return nil, &ConfigError{Package: "outbox", Field: "RetryDelay", Reason: "RetryDelay must be positive."}
-	}
-	switch {
-	case c.MaxRetryDelay == 0:
-		c.MaxRetryDelay = max(DefaultInboxMaxRetryDelay, c.RetryDelay)
-	case c.MaxRetryDelay < c.RetryDelay:
-		return nil, &ConfigError{Package: "outbox", Field: "MaxRetryDelay",
-			Reason: "MaxRetryDelay cannot be less than RetryDelay."}
-	}
-	switch {
-	case c.Jitter == 0:
-		c.Jitter = 0.2
-	case !(c.Jitter > 0 && c.Jitter <= 1):
-		return nil, &ConfigError{Package: "outbox", Field: "Jitter", Reason: "Jitter must be between 0 and 1."}
-	}
-	switch {
-	case c.HandlerTimeout == 0:
-		c.HandlerTimeout = DefaultInboxHandlerTimeout
-	case c.HandlerTimeout < 0:
-		c.HandlerTimeout = 0
 	}
 	if c.Logger == nil {
 		c.Logger = o.logger
@@ -165,6 +125,38 @@ func (o *Outbox) NewInbox(cfg *InboxConfig) (*Inbox, error) {
 	return &Inbox{o: o, maxAttempts: c.MaxAttempts, contention: c.ContentionRetries, retryDelay: c.RetryDelay,
 		maxRetryDelay: c.MaxRetryDelay, jitter: c.Jitter, timeout: c.HandlerTimeout, txOptions: c.TxOptions,
 		logger: c.Logger, tel: newInboxInstruments(c.TracerProvider, c.MeterProvider)}, nil
+}
+
+// withDefaults returns the configuration with every default applied, or the first rule it breaks.
+func (cfg *InboxConfig) withDefaults() (InboxConfig, error) {
+	var c InboxConfig
+	if cfg != nil {
+		c = *cfg
+	}
+	check := conf.Check{Package: "outbox"}
+	check.Int("MaxAttempts", &c.MaxAttempts, DefaultInboxMaxAttempts, 1, 0)
+	if err := checkTxOptions(c.TxOptions); err != nil {
+		return c, err
+	}
+	switch {
+	case c.ContentionRetries == 0:
+		c.ContentionRetries = DefaultContentionRetries
+	case c.ContentionRetries == -1:
+		c.ContentionRetries = 0
+	case c.ContentionRetries < -1:
+		check.Fail("ContentionRetries", "must be -1 (no reruns) or more")
+	}
+	check.Duration("RetryDelay", &c.RetryDelay, DefaultInboxRetryDelay, 0)
+	check.Duration("MaxRetryDelay", &c.MaxRetryDelay, max(DefaultInboxMaxRetryDelay, c.RetryDelay), 0)
+	check.AtLeast("MaxRetryDelay", c.MaxRetryDelay, "RetryDelay", c.RetryDelay)
+	check.Fraction("Jitter", &c.Jitter, DefaultJitter)
+	switch {
+	case c.HandlerTimeout == 0:
+		c.HandlerTimeout = DefaultInboxHandlerTimeout
+	case c.HandlerTimeout < 0:
+		c.HandlerTimeout = 0
+	}
+	return c, check.Err()
 }
 
 // HandlerFunc handles one message inside the inbox transaction tx. Write the handler's effects with tx and

@@ -138,11 +138,7 @@ func (g *group) run() {
 		parts.Add(1)
 		go func() {
 			defer parts.Done()
-			if sh != nil {
-				g.leadShared(sh, p, wakes[p])
-				return
-			}
-			g.runPartition(p, wakes[p])
+			g.runPartition(sh, p, wakes[p])
 		}()
 	}
 	parts.Wait()
@@ -154,56 +150,56 @@ func (g *group) run() {
 }
 
 // runPartition runs partition p's claim loop: once when the relay is not fenced, else in leadership terms, each
-// under the partition's lease, contending again whenever a term ends with the lease lost. (A partitioned,
-// leader-elected subscription shares its partitions with other relays instead: see leadShared.)
-func (g *group) runPartition(p int, wake chan struct{}) {
+// under the partition's lease (lease.Manager.Run), contending again whenever a term ends with the lease lost. A
+// partitioned, leader-elected subscription shares its partitions with other relays (sh, lease.Manager.RunShared):
+// a relay leads at most its share of them. A drain takes the lease once (lease.Manager.Once): a partition another
+// relay leads is left to it.
+//
+// Sharing uses the membership slots LeaderElection + "/members/" + slot. Each relay leads at most
+// ceil(Partitions / live relays) partitions; a relay leading more than that (a relay joined) ends the term of its
+// highest-numbered partition and releases its lease, so the newcomer takes it; a relay that dies stops renewing,
+// and its slot and partitions lapse after LeaderTTL.
+func (g *group) runPartition(sh *lease.Share, p int, wake chan struct{}) {
 	if g.r.leases == nil {
 		g.term(g.ctx, p, wake, nil)
 		return
 	}
 	name := g.r.leaseName(p)
-	if g.drain {
-		g.drainLed(p, name)
-		return
+	mgr := g.r.leases
+	var err error
+	switch {
+	case g.drain:
+		var led bool
+		led, err = mgr.Once(g.ctx, name, g.lead(p, nil))
+		if !led {
+			g.mu.Lock()
+			if err != nil && g.drainErr == nil {
+				g.drainErr = fmt.Errorf("outbox: drain: %w", err)
+			} else if err == nil {
+				g.notLed++
+			}
+			g.mu.Unlock()
+			return
+		}
+	case sh != nil:
+		err = mgr.RunShared(g.ctx, sh, p, name, g.lead(p, wake))
+	default:
+		err = mgr.Run(g.ctx, name, g.lead(p, wake))
 	}
-	err := g.r.leases.Run(g.ctx, name, func(ctx context.Context, l lease.Lease) error {
+	if err != nil && !errors.Is(err, lease.ErrLost) && g.ctx.Err() == nil {
+		g.r.s.Logger.Error("stagehand: outbox relay stopped contending for leadership", "lease", name, "error", err)
+	}
+}
+
+// lead is the work of one leadership term of partition p: its claim loop, fenced by the term's lease. A term
+// fenced out ends with an error matching lease.ErrLost, so the lease is not released (it is another relay's now).
+func (g *group) lead(p int, wake chan struct{}) lease.Work {
+	return func(ctx context.Context, l lease.Lease) error {
 		g.r.s.Logger.Info("stagehand: outbox relay leads", "lease", l.Name, "token", l.Token, "partition", p)
 		if loss := g.term(ctx, p, wake, &l); loss != nil {
 			return loss.leaseErr // matches lease.ErrLost: contend again
 		}
 		return ctx.Err()
-	})
-	if err != nil && g.ctx.Err() == nil {
-		g.r.s.Logger.Error("stagehand: outbox relay stopped contending for leadership", "lease", name, "error", err)
-	}
-}
-
-// drainLed drains partition p under its lease, taken once: a partition another relay leads is left to it.
-func (g *group) drainLed(p int, name string) {
-	mgr := g.r.leases
-	l, ok, err := mgr.TryAcquire(g.ctx, name)
-	if err != nil || !ok {
-		g.mu.Lock()
-		if err != nil && g.drainErr == nil {
-			g.drainErr = fmt.Errorf("outbox: drain: %w", err)
-		} else if err == nil {
-			g.notLed++
-		}
-		g.mu.Unlock()
-		return
-	}
-	ctx, stop := mgr.Keep(g.ctx, l)
-	term := l
-	loss := g.term(ctx, p, nil, &term)
-	l = stop()
-	if loss != nil || errors.Is(context.Cause(ctx), lease.ErrLost) {
-		return
-	}
-	rctx, rcancel := context.WithTimeout(context.WithoutCancel(g.ctx), 5*time.Second)
-	defer rcancel()
-	if err := mgr.Release(rctx, l); err != nil {
-		g.r.s.Logger.Warn("stagehand: outbox could not release the leader lease after a drain; it expires by itself",
-			"lease", name, "error", err)
 	}
 }
 

@@ -53,7 +53,7 @@ func TestPubSub(t *testing.T) {
 					MaxRetryCount:   outbox.Retries(1000),
 					RetryDelay:      time.Millisecond,
 					MaxRetryDelay:   5 * time.Millisecond,
-					LeaseDuration:   5 * time.Second,
+					ClaimDuration:   5 * time.Second,
 					AckDeadline:     10 * time.Second,
 				})
 				require.NoError(t, err)

@@ -61,7 +61,7 @@ func runCrashChild() {
 		os.Exit(2)
 	}
 	r, err := ob.NewRelay(&outbox.RelayConfig{BatchSize: 100, PollingInterval: 50 * time.Millisecond,
-		LeaseDuration: time.Second, ProcessorID: "doomed"})
+		ClaimDuration: time.Second, ProcessorID: "doomed"})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(2)

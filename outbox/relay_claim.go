@@ -146,7 +146,7 @@ func (loop *claimLoop) claim(now time.Time, limit int) (n int, next *time.Time, 
 			h(loop.ctx, n, took, err)
 		}
 	}()
-	args := []any{now, limit, loop.db.owner, now.Add(loop.cfg.LeaseDuration), loop.topics, loop.runLength() - 1,
+	args := []any{now, limit, loop.db.owner, now.Add(loop.cfg.ClaimDuration), loop.topics, loop.runLength() - 1,
 		loop.runHeads()}
 	if loop.db.st.partitioned {
 		args = append(args, loop.lo, loop.hi)

@@ -61,7 +61,7 @@ func TestDemotedLeaderMarkIsRejectedAndTheNextLeaderDelivers(t *testing.T) {
 		// Renewals every 10s: the relay does not notice the takeover by itself before its mark (a renewal that
 		// noticed first would end the term and give the delivery up unmarked).
 		c.LeaderTTL = 30 * time.Second
-		c.LeaseDuration = time.Minute // the row lease would hold the message for a minute without the takeover
+		c.ClaimDuration = time.Minute // the row lease would hold the message for a minute without the takeover
 		c.Hooks.Marked = func(_ context.Context, _ int, _ time.Duration, err error) {
 			if err != nil {
 				markErrs <- err

@@ -402,22 +402,22 @@ func TestInvalidSettingsNameTheField(t *testing.T) {
 		field   string
 		message string
 	}{
-		{outbox.RelayConfig{BatchSize: -1}, "BatchSize", "BatchSize must be at least 1."},
-		{outbox.RelayConfig{BatchSize: 10001}, "BatchSize", "BatchSize cannot exceed 10000."},
+		{outbox.RelayConfig{BatchSize: -1}, "BatchSize", "must be between 1 and 10000"},
+		{outbox.RelayConfig{BatchSize: 10001}, "BatchSize", "must be between 1 and 10000"},
 		{outbox.RelayConfig{PollingInterval: 5 * time.Millisecond}, "PollingInterval",
-			"PollingInterval must be at least 10ms."},
+			"must be at least 10ms"},
 		{outbox.RelayConfig{PollingInterval: 50 * time.Millisecond, ClaimInterval: 60 * time.Millisecond},
-			"ClaimInterval", "ClaimInterval cannot be longer than PollingInterval."},
-		{outbox.RelayConfig{ClaimInterval: -time.Millisecond}, "ClaimInterval", "ClaimInterval cannot be negative."},
-		{outbox.RelayConfig{MaxRetryCount: outbox.Retries(-1)}, "MaxRetryCount", "MaxRetryCount cannot be negative."},
+			"ClaimInterval", "must not be longer than PollingInterval"},
+		{outbox.RelayConfig{ClaimInterval: -time.Millisecond}, "ClaimInterval", "must not be negative"},
+		{outbox.RelayConfig{MaxRetryCount: outbox.Retries(-1)}, "MaxRetryCount", "must not be negative"},
 		{outbox.RelayConfig{MaxDegreeOfParallelism: -2}, "MaxDegreeOfParallelism",
-			"MaxDegreeOfParallelism must be at least 1."},
-		{outbox.RelayConfig{RetryDelay: -time.Second}, "RetryDelay", "RetryDelay must be positive."},
-		{outbox.RelayConfig{ProcessorID: "  "}, "ProcessorID", "ProcessorID cannot be empty or whitespace."},
+			"must be at least 1"},
+		{outbox.RelayConfig{RetryDelay: -time.Second}, "RetryDelay", "must be positive"},
+		{outbox.RelayConfig{ProcessorID: "  "}, "ProcessorID", "must not be blank"},
 		{outbox.RelayConfig{RetryDelay: time.Hour, MaxRetryDelay: time.Minute}, "MaxRetryDelay",
-			"MaxRetryDelay cannot be less than RetryDelay."},
-		{outbox.RelayConfig{LeaseDuration: time.Millisecond}, "LeaseDuration", "LeaseDuration must be at least 100ms."},
-		{outbox.RelayConfig{Jitter: 2}, "Jitter", "Jitter must be between 0 and 1."},
+			"must be at least RetryDelay"},
+		{outbox.RelayConfig{ClaimDuration: time.Millisecond}, "ClaimDuration", "must be at least 100ms"},
+		{outbox.RelayConfig{Jitter: 2}, "Jitter", "must be between 0 and 1"},
 	}
 	pool := pgtest.Pool(t)
 	ob, err := outbox.New(pool, &outbox.Config{Schema: "unused"})

@@ -10,7 +10,7 @@ import (
 
 // keepLeases renews the leases of the rows in flight, every third of the lease duration.
 func (loop *claimLoop) keepLeases() {
-	t := time.NewTicker(loop.cfg.LeaseDuration / 3)
+	t := time.NewTicker(loop.cfg.ClaimDuration / 3)
 	defer t.Stop()
 	for {
 		select {
@@ -24,7 +24,7 @@ func (loop *claimLoop) keepLeases() {
 		}
 		b := &pgx.Batch{}
 		b.Queue(loop.db.st.extend, loop.db.fenced(held, loop.db.owner,
-			loop.relay.o.now().Add(loop.cfg.LeaseDuration))...)
+			loop.relay.o.now().Add(loop.cfg.ClaimDuration))...)
 		if _, err := loop.db.written(loop.ctx, "lease renewal", b, nil); err != nil && loop.ctx.Err() == nil &&
 			!errors.Is(err, ErrFenced) {
 			loop.cfg.Logger.Warn("stagehand: outbox could not renew leases", "count", len(held), "error", err)

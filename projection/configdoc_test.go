@@ -16,14 +16,10 @@ func TestREADMEConfigTable(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f, err := (&logfollow.Config{Name: "doc"}).WithDefaults()
-	if err != nil {
-		t.Fatal(err)
-	}
 	tbl := doctable.Find(t, "README.md", "| field | default | validation / meaning |")
 	doctable.Check(t, tbl, reflect.TypeFor[Config](), "", map[string]any{
 		"Schema": c.Schema, "Partitions": c.Partitions, "OnFailure": c.OnFailure, "DisableListen": c.DisableListen,
-		"BatchSize": f.BatchSize, "PagesPerTx": f.PagesPerTx, "PollInterval": f.PollInterval,
-		"MaxAttempts": f.MaxAttempts, "RetryDelay": f.RetryDelay, "MaxRetryDelay": f.MaxRetryDelay,
+		"BatchSize": logfollow.DefaultBatchSize, "PagesPerTx": logfollow.DefaultPagesPerTx, "PollInterval": logfollow.DefaultPollInterval,
+		"MaxAttempts": logfollow.DefaultMaxAttempts, "RetryDelay": logfollow.DefaultRetryDelay, "MaxRetryDelay": logfollow.DefaultMaxRetryDelay,
 	})
 }

@@ -13,10 +13,6 @@ import (
 // applies (the worker passes its batch and polling settings to the log follower unchanged).
 func TestREADMEConfigTable(t *testing.T) {
 	t.Parallel()
-	f, err := (&logfollow.Config{Name: "doc"}).WithDefaults()
-	if err != nil {
-		t.Fatal(err)
-	}
 	var zero Config
 	tbl := doctable.Find(t, "../README.md", "### `staging.Config` and `staging.WorkerConfig`")
 	doctable.Check(t, tbl, reflect.TypeFor[Config](), "Config.", map[string]any{
@@ -25,10 +21,10 @@ func TestREADMEConfigTable(t *testing.T) {
 	})
 	doctable.Check(t, tbl, reflect.TypeFor[WorkerConfig](), "WorkerConfig.", map[string]any{
 		"Name":          strings.TrimPrefix(workerName("stager", ""), "stager:"),
-		"BatchSize":     f.BatchSize,
-		"PollInterval":  f.PollInterval,
-		"MaxAttempts":   f.MaxAttempts,
-		"RetryDelay":    f.RetryDelay,
-		"MaxRetryDelay": f.MaxRetryDelay,
+		"BatchSize":     logfollow.DefaultBatchSize,
+		"PollInterval":  logfollow.DefaultPollInterval,
+		"MaxAttempts":   logfollow.DefaultMaxAttempts,
+		"RetryDelay":    logfollow.DefaultRetryDelay,
+		"MaxRetryDelay": logfollow.DefaultMaxRetryDelay,
 	})
 }

@@ -66,14 +66,8 @@ func New(store eventstore.Store, cfg *Config) (*Stager, error) {
 	if err := cfg.check(); err != nil {
 		return nil, err
 	}
-	if cfg == nil {
-		return nil, fmt.Errorf("%w: a Config with a Mapping is required", ErrInvalidConfig)
-	}
 	if store == nil {
 		return nil, fmt.Errorf("%w: the event store is nil", ErrInvalidConfig)
-	}
-	if cfg.Mapping == nil {
-		return nil, fmt.Errorf("%w: Mapping is required", ErrInvalidConfig)
 	}
 	if err := cfg.Mapping.Err(); err != nil {
 		return nil, err
@@ -99,20 +93,18 @@ func New(store eventstore.Store, cfg *Config) (*Stager, error) {
 		}
 	case Transactional:
 		if len(missing) > 0 {
-			return nil, fmt.Errorf("%w: the transactional strategy needs %s", ErrInvalidConfig,
-				strings.Join(missing, "; and "))
+			return nil, &ConfigError{Package: "staging", Field: "Strategy",
+				Reason: "Transactional needs " + strings.Join(missing, "; and ")}
 		}
 		s.strategy = Transactional
 	case EventuallyConsistent:
 		if cfg.Outbox == nil {
-			return nil, fmt.Errorf("%w: the eventually-consistent strategy needs an outbox (Config.Outbox is nil)",
-				ErrInvalidConfig)
+			return nil, &ConfigError{Package: "staging", Field: "Outbox",
+				Reason: "is required by the EventuallyConsistent strategy"}
 		}
 		s.strategy = EventuallyConsistent
-	case Deferred:
+	default: // Deferred: check refused every other value
 		s.strategy = Deferred
-	default:
-		return nil, fmt.Errorf("%w: unknown strategy %d", ErrInvalidConfig, int(cfg.Strategy))
 	}
 	logger.Info("stagehand: staging strategy resolved", "requested", cfg.Strategy.String(),
 		"strategy", s.strategy.String())

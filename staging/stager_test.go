@@ -66,7 +66,7 @@ func TestExplicitTransactionalWithoutItsPartsFailsNamingThem(t *testing.T) {
 	require.ErrorContains(t, err, "different databases")
 
 	_, err = New(e.store, &Config{Strategy: EventuallyConsistent, Mapping: e.m})
-	require.ErrorContains(t, err, "eventually-consistent strategy needs an outbox")
+	require.ErrorContains(t, err, "Outbox is required by the EventuallyConsistent strategy")
 	_, err = New(e.store, nil)
 	require.ErrorIs(t, err, ErrInvalidConfig)
 	_, err = New(e.store, &Config{Strategy: Strategy(9), Mapping: e.m})

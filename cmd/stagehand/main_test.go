@@ -148,7 +148,7 @@ func (e *env) store(cfg *eventstore.PostgresConfig) *eventstore.PostgresStore {
 func drain(t *testing.T, o *outbox.Outbox, pub message.Publisher) outbox.DrainResult {
 	t.Helper()
 	r, err := o.NewRelay(&outbox.RelayConfig{MaxRetryCount: outbox.Retries(0), PollingInterval: 50 * time.Millisecond,
-		RetryDelay: 50 * time.Millisecond, LeaseDuration: 5 * time.Second, DisableNotify: true})
+		RetryDelay: 50 * time.Millisecond, ClaimDuration: 5 * time.Second, DisableNotify: true})
 	require.NoError(t, err)
 	defer func() { _ = r.Close() }()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

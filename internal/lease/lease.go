@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/stagehand-es/stagehand"
+	"github.com/stagehand-es/stagehand/internal/conf"
 	"github.com/stagehand-es/stagehand/internal/names"
 )
 
@@ -82,45 +83,27 @@ func (e *FencedError) Error() string {
 // Is matches ErrFenced and ErrLost.
 func (e *FencedError) Is(target error) bool { return target == ErrFenced || target == ErrLost }
 
+// DefaultAcquireInterval is how often a contender retries a held lease when none is configured.
+const DefaultAcquireInterval = time.Second
+
 func (c *Config) withDefaults() (Config, error) {
 	var cfg Config
 	if c != nil {
 		cfg = *c
 	}
-	if cfg.Schema == "" {
-		cfg.Schema = stagehand.DefaultSchema
+	var check conf.Check
+	check.Text("Schema", &cfg.Schema, stagehand.DefaultSchema, names.Identifier)
+	check.Text("Owner", &cfg.Owner, DefaultOwner(), nil)
+	check.Duration("TTL", &cfg.TTL, DefaultTTL, 100*time.Millisecond)
+	check.Duration("RenewInterval", &cfg.RenewInterval, cfg.TTL/3, 0)
+	if cfg.RenewInterval >= cfg.TTL {
+		check.Fail("RenewInterval", "must be less than TTL")
 	}
-	if strings.TrimSpace(cfg.Schema) == "" {
-		return cfg, &ConfigError{Field: "Schema", Reason: "must not be blank"}
-	}
-	if reason := names.Identifier(cfg.Schema); reason != "" {
-		return cfg, &ConfigError{Field: "Schema", Reason: reason}
-	}
-	if cfg.Owner == "" {
-		cfg.Owner = DefaultOwner()
-	}
-	switch {
-	case cfg.TTL == 0:
-		cfg.TTL = DefaultTTL
-	case cfg.TTL < 100*time.Millisecond:
-		return cfg, &ConfigError{Field: "TTL", Reason: "must be at least 100ms"}
-	}
-	switch {
-	case cfg.RenewInterval == 0:
-		cfg.RenewInterval = cfg.TTL / 3
-	case cfg.RenewInterval < 0 || cfg.RenewInterval >= cfg.TTL:
-		return cfg, &ConfigError{Field: "RenewInterval", Reason: "must be positive and less than TTL"}
-	}
-	switch {
-	case cfg.AcquireInterval == 0:
-		cfg.AcquireInterval = time.Second
-	case cfg.AcquireInterval < 0:
-		return cfg, &ConfigError{Field: "AcquireInterval", Reason: "must not be negative"}
-	}
+	check.NonNegativeDuration("AcquireInterval", &cfg.AcquireInterval, DefaultAcquireInterval)
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	return cfg, nil
+	return cfg, check.Err()
 }
 
 // DefaultOwner returns "host/pid/random": unique per call, readable in the leases table.

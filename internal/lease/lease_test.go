@@ -333,3 +333,42 @@ func TestRunLeavesNoGoroutines(t *testing.T) {
 	require.NoError(t, <-done)
 	require.NoError(t, <-done)
 }
+
+// Once runs work under the lease when it can take it, and releases it afterwards; a lease another owner holds is
+// not waited for: work does not run, and Once reports it was not acquired, without an error.
+func TestOnceRunsUnderTheLeaseOrNotAtAll(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	ctx := context.Background()
+	a, b := e.mgr("a", nil), e.mgr("b", nil)
+
+	var ran atomic.Int32
+	acquired, err := a.Once(ctx, "drain", func(ctx context.Context, l lease.Lease) error {
+		ran.Add(1)
+		_, ok, err := b.TryAcquire(ctx, "drain")
+		require.NoError(t, err)
+		require.False(t, ok, "held while work runs")
+		require.Equal(t, "a", l.Owner)
+		return nil
+	})
+	require.NoError(t, err)
+	require.True(t, acquired)
+	require.EqualValues(t, 1, ran.Load())
+
+	held, ok, err := b.TryAcquire(ctx, "drain")
+	require.NoError(t, err)
+	require.True(t, ok, "released when work returned")
+	acquired, err = a.Once(ctx, "drain", func(context.Context, lease.Lease) error {
+		ran.Add(1)
+		return nil
+	})
+	require.NoError(t, err)
+	require.False(t, acquired)
+	require.EqualValues(t, 1, ran.Load(), "work does not run without the lease")
+	require.NoError(t, b.Release(ctx, held))
+
+	failure := errors.New("work failed")
+	acquired, err = a.Once(ctx, "drain", func(context.Context, lease.Lease) error { return failure })
+	require.True(t, acquired)
+	require.ErrorIs(t, err, failure)
+}

@@ -46,6 +46,17 @@ func (m *Manager) Run(ctx context.Context, name string, work Work) error {
 	}
 }
 
+// Once tries to acquire the lease name once and, when it is acquired, runs work under it as Run does: kept by
+// Keep while work runs, released afterwards unless it was lost. It reports whether the lease was acquired, and the
+// error of the acquisition or of work.
+func (m *Manager) Once(ctx context.Context, name string, work Work) (acquired bool, err error) {
+	l, ok, err := m.TryAcquire(ctx, name)
+	if err != nil || !ok {
+		return false, err
+	}
+	return true, m.hold(ctx, l, work)
+}
+
 // hold runs work under l, kept by Keep, and releases l afterwards. It returns an error matching ErrLost when the
 // lease was lost while work ran.
 func (m *Manager) hold(ctx context.Context, l Lease, work Work) error {

@@ -15,6 +15,7 @@ import (
 	"github.com/stagehand-es/stagehand"
 	"github.com/stagehand-es/stagehand/eventstore"
 	"github.com/stagehand-es/stagehand/internal/backoff"
+	"github.com/stagehand-es/stagehand/internal/conf"
 	"github.com/stagehand-es/stagehand/internal/lease"
 	"github.com/stagehand-es/stagehand/internal/names"
 )
@@ -144,6 +145,18 @@ func (e *HandlerError) Is(target error) bool { return target == ErrHandler }
 // Unwrap returns the handler's error.
 func (e *HandlerError) Unwrap() error { return e.Err }
 
+// Defaults of Config, which projections and staging workers pass on to their users.
+const (
+	DefaultKind           = "follower"
+	DefaultBatchSize      = 1000
+	DefaultPagesPerTx     = 10
+	DefaultPollInterval   = time.Second
+	DefaultReconnectDelay = time.Second
+	DefaultMaxAttempts    = 5
+	DefaultRetryDelay     = 100 * time.Millisecond
+	DefaultMaxRetryDelay  = 30 * time.Second
+)
+
 func (c *Config) withDefaults() (Config, error) {
 	if c == nil {
 		return Config{}, &ConfigError{Field: "Name", Reason: "is required"}
@@ -152,79 +165,32 @@ func (c *Config) withDefaults() (Config, error) {
 	if strings.TrimSpace(cfg.Name) == "" {
 		return cfg, &ConfigError{Field: "Name", Reason: "is required"}
 	}
-	if reason := names.Text(cfg.Name); reason != "" {
-		return cfg, &ConfigError{Field: "Name", Reason: reason}
-	}
+	var check conf.Check
+	check.Text("Name", &cfg.Name, "", names.Text)
 	for _, t := range cfg.Tenants {
 		if err := stagehand.ValidateTenant(t); err != nil {
-			return cfg, &ConfigError{Field: "Tenants", Reason: err.Error(), Err: err}
+			check.FailErr("Tenants", err)
 		}
 	}
 	cfg.Tenants = NormalizeTenants(cfg.Tenants)
-	if cfg.Kind == "" {
-		cfg.Kind = "follower"
-	}
-	if cfg.ResetGroup == "" {
-		cfg.ResetGroup = cfg.Name
-	}
-	if cfg.Schema == "" {
-		cfg.Schema = stagehand.DefaultSchema
-	}
-	if strings.TrimSpace(cfg.Schema) == "" {
-		return cfg, &ConfigError{Field: "Schema", Reason: "must not be blank"}
-	}
-	if reason := names.Identifier(cfg.Schema); reason != "" {
-		return cfg, &ConfigError{Field: "Schema", Reason: reason}
-	}
-	switch {
-	case cfg.BatchSize == 0:
-		cfg.BatchSize = 1000
-	case cfg.BatchSize < 1 || cfg.BatchSize > 10000:
-		return cfg, &ConfigError{Field: "BatchSize", Reason: "must be between 1 and 10000"}
-	}
-	switch {
-	case cfg.PagesPerTx == 0:
-		cfg.PagesPerTx = 10
-	case cfg.PagesPerTx < 1 || cfg.PagesPerTx > 100:
-		return cfg, &ConfigError{Field: "PagesPerTx", Reason: "must be between 1 and 100"}
-	}
-	switch {
-	case cfg.PollInterval == 0:
-		cfg.PollInterval = time.Second
-	case cfg.PollInterval < time.Millisecond:
-		return cfg, &ConfigError{Field: "PollInterval", Reason: "must be at least 1ms"}
-	}
-	switch {
-	case cfg.ReconnectDelay == 0:
-		cfg.ReconnectDelay = time.Second
-	case cfg.ReconnectDelay < 0:
-		return cfg, &ConfigError{Field: "ReconnectDelay", Reason: "must not be negative"}
-	}
-	switch {
-	case cfg.MaxAttempts == 0:
-		cfg.MaxAttempts = 5
-	case cfg.MaxAttempts < 1:
-		return cfg, &ConfigError{Field: "MaxAttempts", Reason: "must be at least 1"}
-	}
-	switch {
-	case cfg.RetryDelay == 0:
-		cfg.RetryDelay = 100 * time.Millisecond
-	case cfg.RetryDelay < 0:
-		return cfg, &ConfigError{Field: "RetryDelay", Reason: "must not be negative"}
-	}
-	switch {
-	case cfg.MaxRetryDelay == 0:
-		cfg.MaxRetryDelay = max(30*time.Second, cfg.RetryDelay)
-	case cfg.MaxRetryDelay < cfg.RetryDelay:
-		return cfg, &ConfigError{Field: "MaxRetryDelay", Reason: "must be at least RetryDelay"}
-	}
+	check.Text("Kind", &cfg.Kind, DefaultKind, nil)
+	check.Text("ResetGroup", &cfg.ResetGroup, cfg.Name, nil)
+	check.Text("Schema", &cfg.Schema, stagehand.DefaultSchema, names.Identifier)
+	check.Int("BatchSize", &cfg.BatchSize, DefaultBatchSize, 1, 10000)
+	check.Int("PagesPerTx", &cfg.PagesPerTx, DefaultPagesPerTx, 1, 100)
+	check.Duration("PollInterval", &cfg.PollInterval, DefaultPollInterval, time.Millisecond)
+	check.NonNegativeDuration("ReconnectDelay", &cfg.ReconnectDelay, DefaultReconnectDelay)
+	check.Int("MaxAttempts", &cfg.MaxAttempts, DefaultMaxAttempts, 1, 0)
+	check.NonNegativeDuration("RetryDelay", &cfg.RetryDelay, DefaultRetryDelay)
+	check.NonNegativeDuration("MaxRetryDelay", &cfg.MaxRetryDelay, max(DefaultMaxRetryDelay, cfg.RetryDelay))
+	check.AtLeast("MaxRetryDelay", cfg.MaxRetryDelay, "RetryDelay", cfg.RetryDelay)
 	if cfg.Clock == nil {
 		cfg.Clock = time.Now
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	return cfg, nil
+	return cfg, check.Err()
 }
 
 // NormalizeTenants returns a tenant filter with each blank tenant ("" or whitespace) read as stagehand.NoTenant, as

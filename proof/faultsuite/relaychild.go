@@ -79,7 +79,7 @@ func relaySettings(slot string, retries int, unavailable func(error) bool, logge
 		MaxDegreeOfParallelism: 8,
 		ProcessorID:            "faults-" + slot,
 		// A killed relay's rows wait this long for another relay; the survivors renew theirs every third of it.
-		LeaseDuration:       2 * time.Second,
+		ClaimDuration:       2 * time.Second,
 		AckDeadline:         15 * time.Second, // above the publishers' wait for the broker's acknowledgement
 		IsBrokerUnavailable: unavailable,
 		BrokerBackoff:       100 * time.Millisecond,
