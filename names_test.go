@@ -112,14 +112,14 @@ func TestEveryEntryPointRefusesAnInvalidSchemaAlike(t *testing.T) {
 			_, err := staging.ListWorkerStatus(ctx, pool, store, s)
 			return err
 		}},
-		{"staging.ListParkedWork", func(s string) error { _, err := staging.ListParkedWork(ctx, pool, s, ""); return err }},
-		{"staging.ListParkedWorkPage", func(s string) error {
-			_, err := staging.ListParkedWorkPage(ctx, pool, s, staging.ParkedWorkQuery{})
+		{"staging.ListParked", func(s string) error { _, err := staging.ListParked(ctx, pool, s, ""); return err }},
+		{"staging.ListParkedPage", func(s string) error {
+			_, err := staging.ListParkedPage(ctx, pool, s, staging.ParkedQuery{})
 			return err
 		}},
-		{"staging.DiscardParkedWork", func(s string) error { return staging.DiscardParkedWork(ctx, pool, s, 1) }},
-		{"staging.RequestReplayWork", func(s string) error {
-			_, err := staging.RequestReplayWork(ctx, pool, s, "stager:w")
+		{"staging.DiscardParked", func(s string) error { return staging.DiscardParked(ctx, pool, s, 1) }},
+		{"staging.RequestReplay", func(s string) error {
+			_, err := staging.RequestReplay(ctx, pool, s, "stager:w")
 			return err
 		}},
 	}
@@ -142,9 +142,9 @@ func TestEveryEntryPointRefusesAnInvalidSchemaAlike(t *testing.T) {
 			_, err := projection.RequestReplay(ctx, pool, good, n)
 			return err
 		}},
-		{"staging.ListParkedWork", func(n string) error { _, err := staging.ListParkedWork(ctx, pool, good, n); return err }},
-		{"staging.RequestReplayWork", func(n string) error {
-			_, err := staging.RequestReplayWork(ctx, pool, good, n)
+		{"staging.ListParked", func(n string) error { _, err := staging.ListParked(ctx, pool, good, n); return err }},
+		{"staging.RequestReplay", func(n string) error {
+			_, err := staging.RequestReplay(ctx, pool, good, n)
 			return err
 		}},
 	}
@@ -184,8 +184,8 @@ func TestARefusedTenantMatchesErrInvalidTenantEverywhere(t *testing.T) {
 			Tenants: []string{bad}}))
 		_, others["projection.ListParkedPage"] = projection.ListParkedPage(ctx, pool, schema,
 			projection.ParkedQuery{Tenants: []string{bad}})
-		_, others["staging.ListParkedWorkPage"] = staging.ListParkedWorkPage(ctx, pool, schema,
-			staging.ParkedWorkQuery{Tenants: []string{bad}})
+		_, others["staging.ListParkedPage"] = staging.ListParkedPage(ctx, pool, schema,
+			staging.ParkedQuery{Tenants: []string{bad}})
 		_, others["outbox.Stage"] = ob.Stage(ctx, outbox.Message{ID: "m", Topic: "t", Tenant: bad, Payload: []byte("x")})
 		_, others["outbox.Tenant"] = ob.Tenant(bad).Stats(ctx)
 		for name, err := range others {

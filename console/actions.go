@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/stagehand-es/stagehand"
 	"github.com/stagehand-es/stagehand/outbox"
 	"github.com/stagehand-es/stagehand/projection"
 	"github.com/stagehand-es/stagehand/staging"
@@ -553,29 +554,16 @@ func (c *Console) parkedPlan(form url.Values, kind, verb string) (*plan, error) 
 	} else {
 		p.Note = "Each event is skipped for good: it is never applied (or staged)."
 	}
+	ops := parkedOf(kind)
 	// found returns the IDs that exist, belong to name, and (in a tenant's console) to the tenant.
 	found := func(ctx context.Context) ([]int64, error) {
-		var out []int64
-		if kind == "projection" {
-			evs, err := projection.ListParkedPage(ctx, c.cfg.Pool, c.cfg.Schema, projection.ParkedQuery{
-				Projection: name, Tenants: c.tenants, IDs: ids, Limit: len(ids)})
-			if err != nil {
-				return nil, err
-			}
-			for _, e := range evs {
-				out = append(out, e.ID)
-			}
-			return out, nil
-		}
-		evs, err := staging.ListParkedWorkPage(ctx, c.cfg.Pool, c.cfg.Schema, staging.ParkedWorkQuery{
-			Worker: name, Tenants: c.tenants, IDs: ids, Limit: len(ids)})
-		if err != nil {
-			return nil, err
-		}
+		evs, err := ops.page(ctx, c.cfg.Pool, c.cfg.Schema, stagehand.ParkedQuery{Owner: name, Tenants: c.tenants,
+			IDs: ids, Limit: len(ids)})
+		out := make([]int64, 0, len(evs))
 		for _, e := range evs {
 			out = append(out, e.ID)
 		}
-		return out, nil
+		return out, err
 	}
 	p.count = func(ctx context.Context) (int64, error) {
 		ok, err := found(ctx)
@@ -586,33 +574,43 @@ func (c *Console) parkedPlan(form url.Values, kind, verb string) (*plan, error) 
 		if err != nil || len(ok) == 0 {
 			return 0, err
 		}
-		switch {
-		case kind == "projection" && verb == "replay":
-			return projection.RequestReplay(ctx, c.cfg.Pool, c.cfg.Schema, name, ok...)
-		case kind == "worker" && verb == "replay":
-			return staging.RequestReplayWork(ctx, c.cfg.Pool, c.cfg.Schema, name, ok...)
+		if verb == "replay" {
+			return ops.replay(ctx, c.cfg.Pool, c.cfg.Schema, name, ok...)
 		}
 		var n int64
 		for _, id := range ok {
-			if kind == "projection" {
-				err = projection.DiscardParked(ctx, c.cfg.Pool, c.cfg.Schema, id)
-				if errors.Is(err, projection.ErrParkedNotFound) {
-					continue
-				}
-			} else {
-				err = staging.DiscardParkedWork(ctx, c.cfg.Pool, c.cfg.Schema, id)
-				if errors.Is(err, staging.ErrParkedNotFound) {
-					continue
-				}
-			}
-			if err != nil {
+			switch err := ops.discard(ctx, c.cfg.Pool, c.cfg.Schema, id); {
+			case errors.Is(err, ops.notFound):
+			case err != nil:
 				return n, err
+			default:
+				n++
 			}
-			n++
 		}
 		return n, nil
 	}
 	return p, nil
+}
+
+// parkedOps are the parked-event operations of projections or of staging workers: one shape, two packages.
+type parkedOps struct {
+	page     func(ctx context.Context, db projection.DB, schema string, q stagehand.ParkedQuery) ([]stagehand.ParkedEvent, error)
+	replay   func(ctx context.Context, db projection.DB, schema, owner string, ids ...int64) (int64, error)
+	discard  func(ctx context.Context, db projection.DB, schema string, id int64) error
+	notFound error
+	kind     string // "projection" or "worker"
+	ownerArg string // the query parameter naming the owner on the projection page
+}
+
+// parkedOf returns the parked-event operations of kind ("projection" or "worker").
+func parkedOf(kind string) parkedOps {
+	if kind == "worker" {
+		return parkedOps{page: staging.ListParkedPage, replay: staging.RequestReplay, discard: staging.DiscardParked,
+			notFound: staging.ErrParkedNotFound, kind: "worker", ownerArg: "worker"}
+	}
+	return parkedOps{page: projection.ListParkedPage, replay: projection.RequestReplay,
+		discard: projection.DiscardParked, notFound: projection.ErrParkedNotFound, kind: "projection",
+		ownerArg: "name"}
 }
 
 func joinIDs(ids []int64) string {

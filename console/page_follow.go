@@ -10,6 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/stagehand-es/stagehand"
 	"github.com/stagehand-es/stagehand/projection"
 	"github.com/stagehand-es/stagehand/staging"
 )
@@ -166,44 +167,35 @@ func (c *Console) parked(ctx context.Context, cursor, projectionName, workerName
 	}
 	var out []parkedView
 	next := k
-	if workerName == "" {
-		evs, err := projection.ListParkedPage(ctx, c.cfg.Pool, c.cfg.Schema, projection.ParkedQuery{
-			Projection: projectionName, Tenants: c.tenants, AfterID: k.Projection, Limit: c.cfg.PageSize})
-		if err != nil {
-			return nil, "", err
-		}
-		for _, e := range evs {
-			out = append(out, parkedView{ID: e.ID, Owner: clip(e.Projection, 200), Kind: "projection",
-				Tenant: clip(e.Tenant, 120), Stream: clip(e.StreamID, 200), StreamType: clip(e.StreamType, 200),
-				Type: clip(e.EventType, 200), Position: e.Position, Version: e.Version, Attempts: e.Attempts,
-				LastError: clip(e.LastError, 300), Ago: max(now.Sub(e.ParkedAt), 0),
-				ReplayRequested: e.ReplayRequested,
-				EventLink:       c.link("/events", "position", strconv.FormatInt(e.Position, 10)),
-				OwnerLink:       c.link("/projection", "name", e.Projection)})
-			next.Projection = e.ID
-		}
-		if len(evs) == c.cfg.PageSize {
-			return out, encodeCursor(next), nil
-		}
-	}
-	if projectionName == "" {
+	for _, part := range []struct {
+		ops   parkedOps
+		owner string
+		after *int64
+		skip  bool
+	}{
+		{parkedOf("projection"), projectionName, &next.Projection, workerName != ""},
+		{parkedOf("worker"), workerName, &next.Worker, projectionName != ""},
+	} {
 		room := c.cfg.PageSize - len(out)
-		evs, err := staging.ListParkedWorkPage(ctx, c.cfg.Pool, c.cfg.Schema, staging.ParkedWorkQuery{
-			Worker: workerName, Tenants: c.tenants, AfterID: k.Worker, Limit: room})
+		if part.skip || room <= 0 {
+			continue
+		}
+		evs, err := part.ops.page(ctx, c.cfg.Pool, c.cfg.Schema, stagehand.ParkedQuery{Owner: part.owner,
+			Tenants: c.tenants, AfterID: *part.after, Limit: room})
 		if err != nil {
 			return nil, "", err
 		}
 		for _, e := range evs {
-			out = append(out, parkedView{ID: e.ID, Owner: clip(e.Worker, 200), Kind: "worker",
+			out = append(out, parkedView{ID: e.ID, Owner: clip(e.Owner, 200), Kind: part.ops.kind,
 				Tenant: clip(e.Tenant, 120), Stream: clip(e.StreamID, 200), StreamType: clip(e.StreamType, 200),
 				Type: clip(e.EventType, 200), Position: e.Position, Version: e.Version, Attempts: e.Attempts,
 				LastError: clip(e.LastError, 300), Ago: max(now.Sub(e.ParkedAt), 0),
 				ReplayRequested: e.ReplayRequested,
 				EventLink:       c.link("/events", "position", strconv.FormatInt(e.Position, 10)),
-				OwnerLink:       c.link("/projection", "worker", e.Worker)})
-			next.Worker = e.ID
+				OwnerLink:       c.link("/projection", part.ops.ownerArg, e.Owner)})
+			*part.after = e.ID
 		}
-		if len(evs) == room && room > 0 {
+		if len(evs) == room {
 			return out, encodeCursor(next), nil
 		}
 	}

@@ -85,9 +85,9 @@ func killDuringCommit(t *testing.T, how string) {
 				return err
 			})
 		} else {
-			_, err = s.AppendQueued(ctx, req, func(_ context.Context, _ eventstore.AppendResult, b *pgx.Batch) error {
+			_, err = s.AppendQueued(ctx, req, func(_ context.Context, q eventstore.Queued) error {
 				pids <- 0
-				b.Queue(`INSERT INTO ` + slow + ` VALUES (1)`)
+				q.Batch.Queue(`INSERT INTO ` + slow + ` VALUES (1)`)
 				return nil
 			})
 		}

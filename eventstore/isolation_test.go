@@ -90,9 +90,8 @@ func TestIsolationLevelLosersAreConflicts(t *testing.T) {
 						case 2:
 							err = appendTxAndCommit(ctx, s, pool, req)
 						default:
-							_, err = s.AppendQueued(ctx, req, func(_ context.Context, res eventstore.AppendResult,
-								b *pgx.Batch) error {
-								b.Queue(`INSERT INTO ` + side + ` SELECT 's', count(*) FROM ` + side)
+							_, err = s.AppendQueued(ctx, req, func(_ context.Context, q eventstore.Queued) error {
+								q.Batch.Queue(`INSERT INTO ` + side + ` SELECT 's', count(*) FROM ` + side)
 								return nil
 							})
 						}

@@ -73,7 +73,10 @@ func (s *PostgresStore) appendPipelined(ctx context.Context, req AppendRequest, 
 		return err
 	})
 	if queue != nil {
-		if err := queue(ctx, planned, b); err != nil {
+		st, _ := s.layout(ctx, s.pool) // as appendSQL read it: no error through the pool
+		last := planned.Records[len(planned.Records)-1].EventID.String()
+		if err := queue(ctx, Queued{Planned: planned, Batch: b,
+			Positions: s.appendedPositions(st.partitioned, last)}); err != nil {
 			return AppendResult{}, fmt.Errorf("eventstore: staging in the append transaction of stream %q: %w",
 				req.StreamID, err)
 		}

@@ -172,18 +172,18 @@ type Store interface {
 // the whole append back.
 type StageFunc func(ctx context.Context, tx pgx.Tx, res AppendResult) error
 
-// QueueFunc queues, onto b, statements to run in an append's transaction after its insert, which b already holds:
-// the insert, the queued statements and the commit are one round trip. It is called before anything is sent, so
-// planned describes the events as they will be stored (tenant, stream, versions, event IDs, types, payloads,
-// metadata, occurred-at) except what only the insert assigns: Position is 0 and RecordedAt is zero. A queued
-// statement that needs an event's position reads it in SQL (the event's row is visible to the statements after the
-// insert, found by its event ID). The queued statements run only when the version check passed; one that fails
-// makes the server roll the whole transaction back, so nothing is appended.
+// QueueFunc queues, onto q.Batch, statements to run in an append's transaction after its insert, which the batch
+// already holds: the insert, the queued statements and the commit are one round trip. It is called before anything
+// is sent, so q.Planned describes the events as they will be stored (tenant, stream, versions, event IDs, types,
+// payloads, metadata, occurred-at) except what only the insert assigns: Position is 0 and RecordedAt is zero. A
+// queued statement that needs an event's position writes it with q.Positions (SQL the store writes). The queued
+// statements run only when the version check passed; one that fails makes the server roll the whole transaction
+// back, so nothing is appended.
 //
 // Statements may register result callbacks (pgx.QueuedQuery's Exec, Query, QueryRow); they run as the results are
 // read, once the server has committed, so a callback observes and must not decide: an error it returns is
 // reported, but cannot undo the commit. Returning an error from QueueFunc sends nothing.
-type QueueFunc func(ctx context.Context, planned AppendResult, b *pgx.Batch) error
+type QueueFunc func(ctx context.Context, q Queued) error
 
 // QueuedAppender is implemented by stores that can run an append and a caller's statements in one transaction and
 // one round trip (the PostgreSQL store does). Discover it by type assertion.

@@ -4,9 +4,11 @@ import (
 	"embed"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/stagehand-es/stagehand/eventstore"
 	"github.com/stagehand-es/stagehand/internal/lease"
 	"github.com/stagehand-es/stagehand/internal/sqlfile"
 )
@@ -130,75 +132,111 @@ func newQueries(schema string) (queries, error) {
 	if err != nil {
 		return queries{}, err
 	}
-	q.staging, err = q.stagingStatements("", false)
+	q.staging, err = q.stagingStatements(nil)
 	return q, err
+}
+
+// stageOne holds the parameters of the staging of one message (stage_one), by name.
+type stageOne struct {
+	ID          string     `sql:"message_id"`
+	Type        string     `sql:"message_type"`
+	Topic       string     `sql:"topic"`
+	Payload     []byte     `sql:"payload"`
+	Metadata    string     `sql:"metadata"`
+	Tenant      string     `sql:"tenant_id"`
+	Correlation string     `sql:"correlation_id"`
+	Causation   string     `sql:"causation_id"`
+	Key         string     `sql:"partition_key"`
+	Ordered     bool       `sql:"ordered"`
+	Position    *int64     `sql:"source_position"`
+	ScheduledAt *time.Time `sql:"scheduled_at"`
+	Now         time.Time  `sql:"now"`
+	// Watermark is StageOptions.Watermark (the after variants); LastEventID the ID of the event whose position
+	// is the source's Last (the sourced variants).
+	Watermark   string `sql:"watermark"`
+	LastEventID string `sql:"last_event_id"`
+}
+
+// stageMany holds the parameters of the staging of several messages (stage_many), by name: one array element
+// per message.
+type stageMany struct {
+	IDs          []string     `sql:"message_ids"`
+	Types        []string     `sql:"message_types"`
+	Topics       []string     `sql:"topics"`
+	Payloads     [][]byte     `sql:"payloads"`
+	Metadata     []string     `sql:"metadata"`
+	Tenants      []string     `sql:"tenant_ids"`
+	Correlations []string     `sql:"correlation_ids"`
+	Causations   []string     `sql:"causation_ids"`
+	Keys         []string     `sql:"partition_keys"`
+	Positions    []*int64     `sql:"source_positions"`
+	ScheduledAt  []*time.Time `sql:"scheduled_at"`
+	// KeyIndex numbers each ordered message within its key (1..n, in the arrays' order); nil for the others.
+	KeyIndex    []*int64  `sql:"key_index"`
+	Now         time.Time `sql:"now"`
+	Watermark   string    `sql:"watermark"`
+	LastEventID string    `sql:"last_event_id"`
 }
 
 // stagingStatements are the staging inserts for one source of positions: for one message and for several, each
 // with the deduplication checks (dedup) and without them (new, for IDs that cannot have been staged before); for
 // positions given, also with the checks and a watermark's (after: StageOptions.Watermark).
 type stagingStatements struct {
-	one, oneNew, many, manyNew string
-	oneAfter, manyAfter        string
+	one, oneNew   sqlfile.Named[stageOne]
+	many, manyNew sqlfile.Named[stageMany]
+	oneAfter      sqlfile.Named[stageOne]
+	manyAfter     sqlfile.Named[stageMany]
 	// oneLast and oneLastNew stage one message caused by the append's last event (StageOptions.Source): its
-	// position is the position sequence's current value, with no lookup to plan or start.
-	oneLast, oneLastNew string
+	// position is the source's Last, with no lookup to plan or start.
+	oneLast, oneLastNew sqlfile.Named[stageOne]
 }
 
-// stagingStatements writes the staging inserts out. With events empty, a message's source position is the one it
-// carries; otherwise events is the schema of an event store that appended the messages' events earlier in the
-// transaction (StageOptions.Source), and a message takes the position of the event named by its causation ID: the
-// position sequence's current value for the append's last event (its ID takes the place of the source position
-// among a single message's arguments, and comes last among several messages'), a lookup by event ID for the
-// others: in the events table, or in the store's event_ids table when it is partitioned (one index instead of one
-// per partition).
-func (q *queries) stagingStatements(events string, partitioned bool) (stagingStatements, error) {
-	idents := q.idents
-	one, many, last := "$11::bigint", "n.source_position", ""
-	if events != "" {
-		lookup := "events"
-		if partitioned {
-			lookup = "event_ids"
+// stagingStatements writes the staging inserts out. With src nil, a message's source position is the one it
+// carries; otherwise src gives the positions of the events an append inserted earlier in the transaction
+// (StageOptions.Source), and a message takes the position of the event named by its causation ID: src.Last for the
+// append's last event (@last_event_id), src.ByID for the others. The event store writes both: the outbox never
+// names its tables.
+func (q *queries) stagingStatements(src *eventstore.AppendedPositions) (stagingStatements, error) {
+	one, many, last := "@source_position::bigint", "n.source_position", ""
+	if src != nil {
+		position := func(causation string) string {
+			return "CASE WHEN " + causation + " = @last_event_id::text THEN " + src.Last + " ELSE " +
+				src.ByID(causation) + " END"
 		}
-		idents = map[string]string{"events": pgx.Identifier{events, lookup}.Sanitize(),
-			"events_seq": strings.ReplaceAll(pgx.Identifier{events, "events_position_seq"}.Sanitize(), "'", "''")}
-		for k, v := range q.idents {
-			idents[k] = v
-		}
-		position := func(causation, last string) string {
-			return "CASE WHEN " + causation + " = " + last + " THEN currval('{events_seq}') " +
-				"ELSE (SELECT e.position FROM {events} e WHERE e.event_id = " + causation + "::uuid) END"
-		}
-		one, many = position("$8::text", "$11::text"), position("n.causation_id", "$14::text")
-		last = "coalesce($11::bigint, currval('{events_seq}'))"
+		one, many, last = position("@causation_id::text"), position("n.causation_id"), src.Last
 	}
 	var st stagingStatements
 	var err error
-	type variant struct {
-		field           *string
-		name            string
-		row, dedup, pos string
+	write := func(name, row, dedup, pos string) string {
+		var text string
+		if err == nil {
+			text, err = statements.Expand(name, map[string]string{"row one": row, "dedup one": dedup,
+				"dedup many": dedup, "position one": pos, "position many": pos}, q.idents)
+		}
+		return text
+	}
+	bindOne := func(field *sqlfile.Named[stageOne], row, dedup, pos string) {
+		if text := write("stage_one", row, dedup, pos); err == nil {
+			*field, err = sqlfile.Bind[stageOne](text)
+		}
+	}
+	bindMany := func(field *sqlfile.Named[stageMany], dedup, pos string) {
+		if text := write("stage_many", "", dedup, pos); err == nil {
+			*field, err = sqlfile.Bind[stageMany](text)
+		}
 	}
 	// A single message's row is a VALUES list when nothing conditions it (see stage_one).
 	const selectOne, valuesOne = "SELECT", "VALUES ("
-	variants := []variant{
-		{&st.one, "stage_one", selectOne, "WHERE true\n{dedup_one}", one},
-		{&st.oneNew, "stage_one", valuesOne, ")", one},
-		{&st.many, "stage_many", "", "{dedup_many}", many}, {&st.manyNew, "stage_many", "", "", many},
-	}
-	if events == "" {
-		variants = append(variants,
-			variant{&st.oneAfter, "stage_one", selectOne, "WHERE true\n{after_watermark_one}\n{dedup_one}", one},
-			variant{&st.manyAfter, "stage_many", "", "{after_watermark_many}{dedup_many}", many})
+	bindOne(&st.one, selectOne, "WHERE true\n{dedup_one}", one)
+	bindOne(&st.oneNew, valuesOne, ")", one)
+	bindMany(&st.many, "{dedup_many}", many)
+	bindMany(&st.manyNew, "", many)
+	if src == nil {
+		bindOne(&st.oneAfter, selectOne, "WHERE true\n{after_watermark_one}\n{dedup_one}", one)
+		bindMany(&st.manyAfter, "{after_watermark_many}{dedup_many}", many)
 	} else {
-		variants = append(variants, variant{&st.oneLast, "stage_one", selectOne, "WHERE true\n{dedup_one}", last},
-			variant{&st.oneLastNew, "stage_one", valuesOne, ")", last})
-	}
-	for _, v := range variants {
-		if err == nil {
-			*v.field, err = statements.Expand(v.name, map[string]string{"row one": v.row, "dedup one": v.dedup,
-				"dedup many": v.dedup, "position one": v.pos, "position many": v.pos}, idents)
-		}
+		bindOne(&st.oneLast, selectOne, "WHERE true\n{dedup_one}", last)
+		bindOne(&st.oneLastNew, valuesOne, ")", last)
 	}
 	return st, err
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/stretchr/testify/require"
 
+	"github.com/stagehand-es/stagehand/eventstore"
 	"github.com/stagehand-es/stagehand/outbox"
 )
 
@@ -66,7 +67,7 @@ func TestStageAfterWatermarkLeavesOutWhatItPassed(t *testing.T) {
 
 	// The options that cannot go with it are refused before anything is queued.
 	for _, bad := range []*outbox.StageOptions{{Watermark: "owner", NewIDs: true},
-		{Watermark: "owner", Source: &outbox.AppendSource{Schema: e.schema, LastEventID: "x"}}} {
+		{Watermark: "owner", Source: &eventstore.AppendedPositions{LastEventID: "x"}}} {
 		b := &pgx.Batch{}
 		_, err := e.ob.QueueStage(ctx, b, bad, positioned("refused", 20, "k"))
 		var ce *outbox.ConfigError

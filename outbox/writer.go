@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/stagehand-es/stagehand"
+	"github.com/stagehand-es/stagehand/eventstore"
 	"github.com/stagehand-es/stagehand/internal/jsonmeta"
 )
 
@@ -74,11 +75,11 @@ type StageOptions struct {
 	// queues its COMMIT right after them), so the transaction-local settings staging uses for its own statements
 	// need not be put back. Default false: they are restored for the caller's next statements.
 	EndsTransaction bool
-	// Source, when set, is the append whose events the messages derive from, made earlier in the same transaction
-	// by a PostgreSQL event store: each message's CausationID is the ID of its event, and its SourcePosition is
-	// read in SQL from that event, so the staging can be queued before the append's positions are known (in the
-	// append's round trip). Default nil: messages are staged as given.
-	Source *AppendSource
+	// Source, when set, gives the positions of an append made earlier in the same transaction by a PostgreSQL
+	// event store (eventstore.Queued.Positions): each message's CausationID is the ID of its event, and its
+	// SourcePosition is read in SQL, written by the event store, so the staging can be queued before the append's
+	// positions are known (in the append's round trip). Default nil: messages are staged as given.
+	Source *eventstore.AppendedPositions
 	// Watermark, when set, names a watermark (RegisterWatermarkTx) whose owner stages the same messages from the
 	// event log: a message whose SourcePosition is at or below it is left out (the owner has staged it already,
 	// and cleanup may have forgotten its publication since, so staging it again could publish it twice), and the
@@ -95,20 +96,6 @@ type StageOptions struct {
 	// watermark (see Watermark): any later durable commit on the server, the watermark's advance included,
 	// makes an earlier asynchronous one durable too. Default false.
 	AsyncCommit bool
-}
-
-// AppendSource names an append made earlier in a staging transaction by a PostgreSQL event store (StageOptions).
-type AppendSource struct {
-	// Schema is the event store's schema (eventstore.PostgresStore.Schema).
-	Schema string
-	// LastEventID is the ID of the append's last event, the last one to draw a position from the store's position
-	// sequence in this session: its messages take that sequence's current value, without looking the event up.
-	// The others look their event up by ID.
-	LastEventID string
-	// Partitioned says the store's events table is partitioned (eventstore.PostgresStore.Partitioned): an event
-	// is then looked up by ID in its event_ids table (one index) rather than in the events table (one index per
-	// partition, every one of them locked by the statement).
-	Partitioned bool
 }
 
 // Staged reports what queued staging statements did, once the batch holding them has been sent and its results
@@ -166,43 +153,47 @@ func (o *Outbox) QueueStage(ctx context.Context, b *pgx.Batch, opts *StageOption
 	}
 	st := o.q.staging
 	if opt.Source != nil {
-		if st, err = o.sourcedStatements(opt.Source.Schema, opt.Source.Partitioned); err != nil {
+		if st, err = o.sourcedStatements(opt.Source); err != nil {
 			return nil, err
 		}
 	}
 	// One message goes with scalar arguments, several with arrays; the recheck (see stageRecheckOne) follows
 	// unless the IDs are new by construction.
-	stmt, args, recheck, recheckArgs := st.many, a.many, o.q.stageRecheckMany, []any{a.ids, a.topics, a.tenants}
-	if opt.NewIDs {
-		stmt = st.manyNew
-	}
+	var stmt string
+	var args []any
+	recheck, recheckArgs := o.q.stageRecheckMany, []any{a.ids, a.topics, a.tenants}
 	if len(a.ids) == 1 {
-		stmt, args, recheck = st.one, a.one, o.q.stageRecheckOne
-		recheckArgs = []any{a.ids[0], a.topics[0], a.tenants[0]}
-		if opt.NewIDs {
-			stmt = st.oneNew
-		}
-	}
-	switch {
-	case opt.Source != nil:
+		recheck, recheckArgs = o.q.stageRecheckOne, []any{a.ids[0], a.topics[0], a.tenants[0]}
+		one := st.one
 		switch {
-		case len(a.ids) == 1 && a.one[7] == opt.Source.LastEventID: // a.one[7]: its causation ID
+		case opt.NewIDs && opt.Source != nil && a.one.Causation == opt.Source.LastEventID:
 			// Caused by the append's last event (the usual case): no lookup by event ID in the statement.
-			stmt, args[10] = st.oneLast, nil
-			if opt.NewIDs {
-				stmt = st.oneLastNew
-			}
-		case len(a.ids) == 1:
-			args[10] = opt.Source.LastEventID // in place of the source position
-		default:
-			args = append(args, opt.Source.LastEventID)
+			one = st.oneLastNew
+		case opt.Source != nil && a.one.Causation == opt.Source.LastEventID:
+			one = st.oneLast
+		case opt.NewIDs:
+			one = st.oneNew
+		case opt.Watermark != "":
+			one = st.oneAfter
 		}
-	case opt.Watermark != "":
-		stmt = st.manyAfter
-		if len(a.ids) == 1 {
-			stmt = st.oneAfter
+		if opt.Source != nil {
+			a.one.LastEventID = opt.Source.LastEventID
 		}
-		args = append(args, opt.Watermark)
+		a.one.Watermark = opt.Watermark
+		stmt, args = one.SQL, one.Args(&a.one)
+	} else {
+		many := st.many
+		switch {
+		case opt.NewIDs:
+			many = st.manyNew
+		case opt.Watermark != "":
+			many = st.manyAfter
+		}
+		if opt.Source != nil {
+			a.many.LastEventID = opt.Source.LastEventID
+		}
+		a.many.Watermark = opt.Watermark
+		stmt, args = many.SQL, many.Args(&a.many)
 	}
 	b.Queue(stmt, args...).Exec(func(ct pgconn.CommandTag) error {
 		staged.n += int(ct.RowsAffected())
@@ -235,30 +226,24 @@ func (o *Outbox) QueueStage(ctx context.Context, b *pgx.Batch, opts *StageOption
 	return staged, nil
 }
 
-// sourcedStatements returns the staging statements that take source positions from the event store in schema
-// (StageOptions.Source), expanded once per schema and layout.
-func (o *Outbox) sourcedStatements(schema string, partitioned bool) (stagingStatements, error) {
-	key := sourcedKey{schema, partitioned}
-	if st, ok := o.sourced.Load(key); ok {
+// sourcedStatements returns the staging statements that take source positions from an event store's append
+// (StageOptions.Source), written once per set of positions (src.Key).
+func (o *Outbox) sourcedStatements(src *eventstore.AppendedPositions) (stagingStatements, error) {
+	if st, ok := o.sourced.Load(src.Key); ok {
 		return st.(stagingStatements), nil
 	}
-	st, err := o.q.stagingStatements(schema, partitioned)
+	st, err := o.q.stagingStatements(src)
 	if err != nil {
 		return stagingStatements{}, err
 	}
-	cached, _ := o.sourced.LoadOrStore(key, st)
+	cached, _ := o.sourced.LoadOrStore(src.Key, st)
 	return cached.(stagingStatements), nil
 }
 
-// sourcedKey keys the sourced staging statements.
-type sourcedKey struct {
-	schema      string
-	partitioned bool
-}
-
 type stageArgs struct {
-	// one: the arguments of stageOne, for a single message; many: those of stageMany.
-	one, many            []any
+	// one: the parameters of a single message's staging; many: those of several messages'.
+	one                  stageOne
+	many                 stageMany
 	ids, topics, tenants []string
 	// locks are the advisory locks of the distinct ordered (tenant, key) pairs, ascending (the order they are
 	// taken in).
@@ -308,6 +293,13 @@ func (o *Outbox) row(ctx context.Context, i int, m *Message, traceCtx map[string
 	return r, nil
 }
 
+// params are the row's staging parameters, alone in its staging.
+func (r *stagedRow) params(ordered bool, now time.Time) stageOne {
+	return stageOne{ID: r.id, Type: r.typ, Topic: r.topic, Payload: r.payload, Metadata: r.meta, Tenant: r.tenant,
+		Correlation: r.corr, Causation: r.cause, Key: r.key, Ordered: ordered, Position: r.pos, ScheduledAt: r.sched,
+		Now: now}
+}
+
 // ordered reports whether the row takes part in its key's order.
 func (r *stagedRow) ordered() bool { return r.key != "" && r.sched == nil }
 
@@ -325,8 +317,7 @@ func (o *Outbox) stageArgs(ctx context.Context, msgs []Message) (stageArgs, erro
 		if r.ordered() {
 			a.locks = []int64{o.keyLock(r.tenant, r.key)}
 		}
-		a.one = []any{r.id, r.typ, r.topic, r.payload, r.meta, r.tenant, r.corr, r.cause, r.key, r.ordered(), r.pos,
-			r.sched, o.now()}
+		a.one = r.params(r.ordered(), o.now())
 		return a, nil
 	}
 	n := len(msgs)
@@ -380,12 +371,13 @@ func (o *Outbox) stageArgs(ctx context.Context, msgs []Message) (stageArgs, erro
 		a.locks = []int64{}
 	}
 	if len(ids) == 1 {
-		ordered := keyIndex[0] != nil
-		a.one = []any{ids[0], types[0], topics[0], payloads[0], metas[0], tenants[0], corrs[0], causes[0], keys[0],
-			ordered, positions[0], scheduled[0], now}
+		a.one = stageOne{ID: ids[0], Type: types[0], Topic: topics[0], Payload: payloads[0], Metadata: metas[0],
+			Tenant: tenants[0], Correlation: corrs[0], Causation: causes[0], Key: keys[0], Ordered: keyIndex[0] != nil,
+			Position: positions[0], ScheduledAt: scheduled[0], Now: now}
 	} else {
-		a.many = []any{ids, types, topics, payloads, metas, tenants, corrs, causes, keys, positions, scheduled,
-			keyIndex, now}
+		a.many = stageMany{IDs: ids, Types: types, Topics: topics, Payloads: payloads, Metadata: metas,
+			Tenants: tenants, Correlations: corrs, Causations: causes, Keys: keys, Positions: positions,
+			ScheduledAt: scheduled, KeyIndex: keyIndex, Now: now}
 	}
 	return a, nil
 }

@@ -2,7 +2,6 @@ package projection
 
 import (
 	"errors"
-	"fmt"
 	"log/slog"
 	"strings"
 	"time"
@@ -15,28 +14,18 @@ import (
 	"github.com/stagehand-es/stagehand/internal/names"
 )
 
-// FailureMode says what a projection does with an event whose handler failed MaxAttempts times.
-type FailureMode int
+// FailureMode says what a projection does with an event whose handler failed MaxAttempts times. It is
+// stagehand.FailureMode, the one failure mode of projections and staging workers.
+type FailureMode = stagehand.FailureMode
 
 const (
 	// Stop stops the projection (Run returns a *HandlerError; status "failed") with the checkpoint just before
 	// the event. Nothing after it is applied until the cause is fixed and the projection restarted. The default.
-	Stop FailureMode = iota
+	Stop = stagehand.StopOnFailure
 	// Park records the event in the parked table (ListParked) in the transaction that moves the checkpoint past
 	// it, and goes on with the next events. Parked events can be replayed (ReplayParked) or discarded.
-	Park
+	Park = stagehand.ParkOnFailure
 )
-
-// String returns "stop" or "park".
-func (m FailureMode) String() string {
-	switch m {
-	case Stop:
-		return "stop"
-	case Park:
-		return "park"
-	}
-	return fmt.Sprintf("FailureMode(%d)", int(m))
-}
 
 // Config configures a Projection. Name is required; every other field has a default.
 type Config struct {

@@ -3,9 +3,7 @@ package projection
 import (
 	"context"
 	"fmt"
-	"time"
 
-	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
 	"github.com/stagehand-es/stagehand"
@@ -16,25 +14,13 @@ import (
 // DB is what the status and parked-event functions need; *pgxpool.Pool, *pgx.Conn and pgx.Tx satisfy it.
 type DB = logfollow.DB
 
-// ParkedEvent is an event a projection gave up on (Park failure mode).
-type ParkedEvent struct {
-	ID         int64
-	Projection string
-	// Checkpoint is the checkpoint (partition) that parked it.
-	Checkpoint string
-	Position   int64
-	Tenant     string
-	StreamID   string
-	StreamType string
-	Version    int64
-	EventID    uuid.UUID
-	EventType  string
-	Attempts   int
-	LastError  string
-	ParkedAt   time.Time
-	// ReplayRequested is true between RequestReplay and the replay attempt.
-	ReplayRequested bool
-}
+// ParkedEvent is an event a projection gave up on (Park failure mode); Owner is the projection's name. It is the
+// one parked-event type of projections and staging workers.
+type ParkedEvent = stagehand.ParkedEvent
+
+// ParkedQuery selects a page of parked events (ListParkedPage); Owner keeps one projection's. Its zero value
+// selects the first page of every projection's parked events.
+type ParkedQuery = stagehand.ParkedQuery
 
 // parked is the projections' parked-event table.
 func parked(schema string) logfollow.Parked {
@@ -48,20 +34,6 @@ func checkArgs(schema, name string) error {
 		return err
 	}
 	return logfollow.CheckName("projection", "name", name)
-}
-
-func parkedEvents(evs []logfollow.ParkedEvent) []ParkedEvent {
-	if evs == nil {
-		return nil
-	}
-	out := make([]ParkedEvent, len(evs))
-	for i, e := range evs {
-		out[i] = ParkedEvent{ID: e.ID, Projection: e.Owner, Checkpoint: e.Checkpoint, Position: e.Position,
-			Tenant: e.Tenant, StreamID: e.StreamID, StreamType: e.StreamType, Version: e.Version, EventID: e.EventID,
-			EventType: e.EventType, Attempts: e.Attempts, LastError: e.LastError, ParkedAt: e.ParkedAt,
-			ReplayRequested: e.ReplayRequested}
-	}
-	return out
 }
 
 // park records rec in the parked table, in the follower's transaction that moves the checkpoint past it.
@@ -81,31 +53,13 @@ func ListParked(ctx context.Context, db DB, schema, name string) ([]ParkedEvent,
 	if err := checkArgs(schema, name); err != nil {
 		return nil, err
 	}
-	evs, err := parked(schema).List(ctx, db, name)
-	return parkedEvents(evs), err
-}
-
-// ParkedQuery selects a page of parked events (ListParkedPage). Its zero value selects the first page of every
-// projection's parked events.
-type ParkedQuery struct {
-	// Projection keeps only one projection's parked events. Default "": every projection's.
-	Projection string
-	// Tenants keeps only the events of these tenants (each checked with stagehand.ValidateTenant). Default: every
-	// tenant's.
-	Tenants []string
-	// IDs keeps only these parked events. Default nil: all; an empty slice that is not nil selects none.
-	IDs []int64
-	// AfterID continues after the parked event with this ID: pages run in ID order, the earliest parked first.
-	// Default 0: from the start.
-	AfterID int64
-	// Limit caps the page. Default 100.
-	Limit int
+	return parked(schema).List(ctx, db, name)
 }
 
 // ListParkedPage returns a page of the parked events in schema that q selects, in ID order (the earliest parked
 // first), reading the parked table by its primary key: a long list is read a page at a time.
 func ListParkedPage(ctx context.Context, db DB, schema string, q ParkedQuery) ([]ParkedEvent, error) {
-	if err := checkArgs(schema, q.Projection); err != nil {
+	if err := checkArgs(schema, q.Owner); err != nil {
 		return nil, err
 	}
 	for _, t := range q.Tenants {
@@ -113,9 +67,7 @@ func ListParkedPage(ctx context.Context, db DB, schema string, q ParkedQuery) ([
 			return nil, fmt.Errorf("projection: list parked events: %w", err)
 		}
 	}
-	evs, err := parked(schema).Page(ctx, db, logfollow.ParkedPage{Owner: q.Projection, Tenants: q.Tenants,
-		IDs: q.IDs, AfterID: q.AfterID, Limit: q.Limit})
-	return parkedEvents(evs), err
+	return parked(schema).Page(ctx, db, q)
 }
 
 // DiscardParked deletes a parked event without applying it (an operator's decision: it is then skipped for

@@ -39,12 +39,12 @@ func TestListParkedPage(t *testing.T) {
 	}
 	require.Equal(t, []int64{1, 2, 3, 4, 5, 6, 7, 8, 9}, seen)
 
-	page, err := projection.ListParkedPage(ctx, pool, schema, projection.ParkedQuery{Projection: "balances",
+	page, err := projection.ListParkedPage(ctx, pool, schema, projection.ParkedQuery{Owner: "balances",
 		Tenants: []string{"acme"}})
 	require.NoError(t, err)
 	var got []string
 	for _, p := range page {
-		got = append(got, fmt.Sprintf("%s/%s/%d", p.Projection, p.Tenant, p.Position))
+		got = append(got, fmt.Sprintf("%s/%s/%d", p.Owner, p.Tenant, p.Position))
 	}
 	require.Equal(t, []string{"balances/acme/1", "balances/acme/3", "balances/acme/7", "balances/acme/9"}, got)
 	one, err := projection.ListParkedPage(ctx, pool, schema, projection.ParkedQuery{IDs: []int64{page[1].ID}})

@@ -39,8 +39,8 @@
 //
 // An event whose mapping or staging keeps failing, or whose row cannot be read, is retried (WorkerConfig.MaxAttempts,
 // RetryDelay) and then handled by WorkerConfig.OnFailure: Stop (the default) stops the worker with a *WorkerError
-// naming the event; Park records it in the parked list and goes on. Parked events are listed (ListParkedWork),
-// replayed by the running worker (RequestReplayWork, Worker.ReplayParked) or discarded (DiscardParkedWork), also
+// naming the event; Park records it in the parked list and goes on. Parked events are listed (ListParked),
+// replayed by the running worker (RequestReplay, Worker.ReplayParked) or discarded (DiscardParked), also
 // from the CLI (stagehand worker parked / replay / discard). ListWorkerStatus reads every worker's state, lag, last
 // error, failing event and parked count from the database without building a worker, for monitoring processes,
 // health.Config.WorkerStatus and 'stagehand worker status'.

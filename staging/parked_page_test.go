@@ -11,9 +11,9 @@ import (
 	"github.com/stagehand-es/stagehand/internal/pgtest"
 )
 
-// ListParkedWorkPage pages through parked events in ID order, by worker, tenant and ID, without skipping or
+// ListParkedPage pages through parked events in ID order, by worker, tenant and ID, without skipping or
 // repeating one.
-func TestListParkedWorkPage(t *testing.T) {
+func TestListParkedPage(t *testing.T) {
 	t.Parallel()
 	pool, schema := pgtest.Migrated(t)
 	ctx := context.Background()
@@ -24,9 +24,9 @@ func TestListParkedWorkPage(t *testing.T) {
 			[]string{"stager:orders", "reconciler:payments"}[i%2], i+1, []string{"acme", "globex", "acme"}[i%3])
 	}
 	var seen []int64
-	q := ParkedWorkQuery{Limit: 3}
+	q := ParkedQuery{Limit: 3}
 	for {
-		page, err := ListParkedWorkPage(ctx, pool, schema, q)
+		page, err := ListParkedPage(ctx, pool, schema, q)
 		require.NoError(t, err)
 		if len(page) == 0 {
 			break
@@ -37,17 +37,17 @@ func TestListParkedWorkPage(t *testing.T) {
 		q.AfterID = page[len(page)-1].ID
 	}
 	require.Equal(t, []int64{1, 2, 3, 4, 5, 6, 7}, seen)
-	page, err := ListParkedWorkPage(ctx, pool, schema, ParkedWorkQuery{Worker: "stager:orders",
+	page, err := ListParkedPage(ctx, pool, schema, ParkedQuery{Owner: "stager:orders",
 		Tenants: []string{"acme"}})
 	require.NoError(t, err)
 	var got []string
 	for _, p := range page {
-		got = append(got, fmt.Sprintf("%s/%s/%d", p.Worker, p.Tenant, p.Position))
+		got = append(got, fmt.Sprintf("%s/%s/%d", p.Owner, p.Tenant, p.Position))
 	}
 	require.Equal(t, []string{"stager:orders/acme/1", "stager:orders/acme/3", "stager:orders/acme/7"}, got)
-	one, err := ListParkedWorkPage(ctx, pool, schema, ParkedWorkQuery{IDs: []int64{page[2].ID}})
+	one, err := ListParkedPage(ctx, pool, schema, ParkedQuery{IDs: []int64{page[2].ID}})
 	require.NoError(t, err)
-	require.Equal(t, []ParkedWork{page[2]}, one)
-	_, err = ListParkedWorkPage(ctx, pool, schema, ParkedWorkQuery{Tenants: []string{"\xff"}})
+	require.Equal(t, []ParkedEvent{page[2]}, one)
+	_, err = ListParkedPage(ctx, pool, schema, ParkedQuery{Tenants: []string{"\xff"}})
 	require.ErrorIs(t, err, stagehand.ErrInvalidTenant)
 }

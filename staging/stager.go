@@ -215,11 +215,9 @@ func (s *Stager) appendQueued(ctx context.Context, store eventstore.QueuedAppend
 		span trace.Span
 		n    int
 	)
-	res, err := store.AppendQueued(ctx, batch.Request, func(ctx context.Context, planned eventstore.AppendResult,
-		b *pgx.Batch) error {
-		opts := &outbox.StageOptions{NewIDs: true, EndsTransaction: true, Source: &outbox.AppendSource{
-			Schema: storeSchema(store), LastEventID: planned.Records[len(planned.Records)-1].EventID.String(),
-			Partitioned: storePartitioned(ctx, store)}}
+	res, err := store.AppendQueued(ctx, batch.Request, func(ctx context.Context, q eventstore.Queued) error {
+		planned, b := q.Planned, q.Batch
+		opts := &outbox.StageOptions{NewIDs: true, EndsTransaction: true, Source: &q.Positions}
 		var sctx context.Context
 		sctx, span = startStage(ctx, s.tracer, s.strategy, batch.Request)
 		msgs, err := s.messagesFor(planned.Records, batch.Events)
@@ -240,20 +238,6 @@ func (s *Stager) appendQueued(ctx context.Context, store eventstore.QueuedAppend
 	}
 	s.outbox.Notify()
 	return res, nil
-}
-
-// storeSchema is the schema of a PostgreSQL event store's tables.
-// storePartitioned reports whether store is a PostgreSQL store whose events table is partitioned.
-func storePartitioned(ctx context.Context, store any) bool {
-	ps, ok := store.(interface{ Partitioned(context.Context) bool })
-	return ok && ps.Partitioned(ctx)
-}
-
-func storeSchema(store any) string {
-	if ps, ok := store.(interface{ Schema() string }); ok {
-		return ps.Schema()
-	}
-	return ""
 }
 
 // AppendTx implements aggregate.Stager. Under Transactional the messages are staged on tx; the caller's commit

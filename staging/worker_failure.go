@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
 	"github.com/stagehand-es/stagehand"
@@ -18,26 +17,17 @@ import (
 type DB = logfollow.DB
 
 // FailureMode is what a worker does with an event whose mapping or staging keeps failing (or that cannot be read).
-type FailureMode int
+// It is stagehand.FailureMode, the one failure mode of staging workers and projections.
+type FailureMode = stagehand.FailureMode
 
 const (
 	// Stop (the default) stops the worker once an event has failed MaxAttempts times: Run returns a *WorkerError
 	// naming the event, its status shows the failure, and every later event waits until an operator acts.
-	Stop FailureMode = iota
-	// Park records the event in the parked list (ParkedWork) and goes on with the next: an operator replays it
+	Stop = stagehand.StopOnFailure
+	// Park records the event in the parked list (ListParked) and goes on with the next: an operator replays it
 	// (the running worker stages it) or discards it.
-	Park
+	Park = stagehand.ParkOnFailure
 )
-
-func (m FailureMode) String() string {
-	switch m {
-	case Stop:
-		return "stop"
-	case Park:
-		return "park"
-	}
-	return fmt.Sprintf("FailureMode(%d)", int(m))
-}
 
 // ErrParkedNotFound: no parked event with that ID (replayed or discarded meanwhile, or another worker's).
 var ErrParkedNotFound = errors.New("staging: parked event not found")
@@ -112,23 +102,13 @@ func ListWorkerStatus(ctx context.Context, db DB, store eventstore.Store, schema
 	return out, nil
 }
 
-// ParkedWork is an event a worker parked (Park failure mode).
-type ParkedWork struct {
-	ID         int64
-	Worker     string
-	Position   int64
-	Tenant     string
-	StreamID   string
-	StreamType string
-	Version    int64
-	EventID    uuid.UUID
-	EventType  string
-	Attempts   int
-	LastError  string
-	ParkedAt   time.Time
-	// ReplayRequested is true between RequestReplayWork and the replay attempt.
-	ReplayRequested bool
-}
+// ParkedEvent is an event a worker parked (Park failure mode); Owner is the worker's name ("stager:NAME" or
+// "reconciler:NAME"). It is the one parked-event type of staging workers and projections.
+type ParkedEvent = stagehand.ParkedEvent
+
+// ParkedQuery selects a page of parked events (ListParkedPage); Owner keeps one worker's ("stager:NAME" or
+// "reconciler:NAME"). Its zero value selects the first page of every worker's parked events.
+type ParkedQuery = stagehand.ParkedQuery
 
 // checkArgs refuses the schema and worker name arguments of an exported function as the constructors refuse them
 // (a *ConfigError matching ErrInvalidConfig).
@@ -144,51 +124,19 @@ func parked(schema string) logfollow.Parked {
 	return logfollow.NewParked(schema, "staging_parked", "worker", false, ErrParkedNotFound, "staging")
 }
 
-// ListParkedWork returns the parked events of worker ("stager:NAME" or "reconciler:NAME"; "" for every worker) in
+// ListParked returns the parked events of worker ("stager:NAME" or "reconciler:NAME"; "" for every worker) in
 // schema, oldest position first.
-func ListParkedWork(ctx context.Context, db DB, schema, worker string) ([]ParkedWork, error) {
+func ListParked(ctx context.Context, db DB, schema, worker string) ([]ParkedEvent, error) {
 	if err := checkArgs(schema, worker); err != nil {
 		return nil, err
 	}
-	evs, err := parked(schema).List(ctx, db, worker)
-	return parkedWork(evs), err
+	return parked(schema).List(ctx, db, worker)
 }
 
-func parkedWork(evs []logfollow.ParkedEvent) []ParkedWork {
-	if evs == nil {
-		return nil
-	}
-	out := make([]ParkedWork, len(evs))
-	for i, e := range evs {
-		out[i] = ParkedWork{ID: e.ID, Worker: e.Owner, Position: e.Position, Tenant: e.Tenant, StreamID: e.StreamID,
-			StreamType: e.StreamType, Version: e.Version, EventID: e.EventID, EventType: e.EventType,
-			Attempts: e.Attempts, LastError: e.LastError, ParkedAt: e.ParkedAt, ReplayRequested: e.ReplayRequested}
-	}
-	return out
-}
-
-// ParkedWorkQuery selects a page of parked events (ListParkedWorkPage). Its zero value selects the first page of
-// every worker's parked events.
-type ParkedWorkQuery struct {
-	// Worker keeps only one worker's parked events ("stager:NAME" or "reconciler:NAME"). Default "": every
-	// worker's.
-	Worker string
-	// Tenants keeps only the events of these tenants (each checked with stagehand.ValidateTenant). Default: every
-	// tenant's.
-	Tenants []string
-	// IDs keeps only these parked events. Default nil: all; an empty slice that is not nil selects none.
-	IDs []int64
-	// AfterID continues after the parked event with this ID: pages run in ID order, the earliest parked first.
-	// Default 0: from the start.
-	AfterID int64
-	// Limit caps the page. Default 100.
-	Limit int
-}
-
-// ListParkedWorkPage returns a page of the parked events in schema that q selects, in ID order (the earliest
+// ListParkedPage returns a page of the parked events in schema that q selects, in ID order (the earliest
 // parked first), reading the parked table by its primary key: a long list is read a page at a time.
-func ListParkedWorkPage(ctx context.Context, db DB, schema string, q ParkedWorkQuery) ([]ParkedWork, error) {
-	if err := checkArgs(schema, q.Worker); err != nil {
+func ListParkedPage(ctx context.Context, db DB, schema string, q ParkedQuery) ([]ParkedEvent, error) {
+	if err := checkArgs(schema, q.Owner); err != nil {
 		return nil, err
 	}
 	for _, t := range q.Tenants {
@@ -196,25 +144,23 @@ func ListParkedWorkPage(ctx context.Context, db DB, schema string, q ParkedWorkQ
 			return nil, fmt.Errorf("staging: list parked events: %w", err)
 		}
 	}
-	evs, err := parked(schema).Page(ctx, db, logfollow.ParkedPage{Owner: q.Worker, Tenants: q.Tenants, IDs: q.IDs,
-		AfterID: q.AfterID, Limit: q.Limit})
-	return parkedWork(evs), err
+	return parked(schema).Page(ctx, db, q)
 }
 
-// DiscardParkedWork deletes a parked event without staging it (an operator's decision). It returns
+// DiscardParked deletes a parked event without staging it (an operator's decision). It returns
 // ErrParkedNotFound when no such parked event exists.
-func DiscardParkedWork(ctx context.Context, db DB, schema string, id int64) error {
+func DiscardParked(ctx context.Context, db DB, schema string, id int64) error {
 	if err := checkArgs(schema, ""); err != nil {
 		return err
 	}
 	return parked(schema).Discard(ctx, db, id)
 }
 
-// RequestReplayWork asks the process running worker to replay its parked events ids (all when ids is empty),
+// RequestReplay asks the process running worker to replay its parked events ids (all when ids is empty),
 // for code that has no Worker (a CLI). The running worker replays requested events every PollInterval: each is
 // staged once and leaves the list, or stays with its new error and the request cleared. It returns how many
 // events were marked.
-func RequestReplayWork(ctx context.Context, db DB, schema, worker string, ids ...int64) (int64, error) {
+func RequestReplay(ctx context.Context, db DB, schema, worker string, ids ...int64) (int64, error) {
 	if err := checkArgs(schema, worker); err != nil {
 		return 0, err
 	}
@@ -233,8 +179,8 @@ func (w *Worker) park(ctx context.Context, tx pgx.Tx, failure *logfollow.Handler
 }
 
 // Parked returns the worker's parked events.
-func (w *Worker) Parked(ctx context.Context) ([]ParkedWork, error) {
-	return ListParkedWork(ctx, w.outbox.Pool(), w.schema, w.name)
+func (w *Worker) Parked(ctx context.Context) ([]ParkedEvent, error) {
+	return ListParked(ctx, w.outbox.Pool(), w.schema, w.name)
 }
 
 // ReplayParked stages a parked event again, in a transaction that deletes it from the parked list: on success
@@ -247,7 +193,7 @@ func (w *Worker) ReplayParked(ctx context.Context, id int64) error {
 		})
 }
 
-// replayRequested replays the parked events an operator asked for (RequestReplayWork), oldest first.
+// replayRequested replays the parked events an operator asked for (RequestReplay), oldest first.
 func (w *Worker) replayRequested(ctx context.Context) {
 	parked(w.schema).ReplayRequested(ctx, w.outbox.Pool(), w.name, w.logger, w.ReplayParked)
 }

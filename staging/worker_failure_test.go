@@ -123,17 +123,17 @@ func TestWorkerParksAPoisonEventAndOthersFlow(t *testing.T) {
 	require.Equal(t, WorkerRunning, st.State)
 
 	broken.Store(false)
-	n, err := RequestReplayWork(ctx, e.pool, e.schema, w.Name(), parked[0].ID)
+	n, err := RequestReplay(ctx, e.pool, e.schema, w.Name(), parked[0].ID)
 	require.NoError(t, err)
 	require.Equal(t, int64(1), n)
 	pgtest.Eventually(t, 10*time.Second, func() bool {
-		ps, err := ListParkedWork(ctx, e.pool, e.schema, w.Name())
+		ps, err := ListParked(ctx, e.pool, e.schema, w.Name())
 		require.NoError(t, err)
 		return len(ps) == 1
 	}, "the requested replay is carried out")
 	require.Len(t, e.stagedIDs(), 3, "the replayed order is staged")
-	require.NoError(t, DiscardParkedWork(ctx, e.pool, e.schema, parked[1].ID))
-	require.ErrorIs(t, DiscardParkedWork(ctx, e.pool, e.schema, parked[1].ID), ErrParkedNotFound)
+	require.NoError(t, DiscardParked(ctx, e.pool, e.schema, parked[1].ID))
+	require.ErrorIs(t, DiscardParked(ctx, e.pool, e.schema, parked[1].ID), ErrParkedNotFound)
 	require.ErrorIs(t, w.ReplayParked(ctx, parked[0].ID), ErrParkedNotFound)
 	require.Zero(t, workerStatus(t, e, w.Name()).Parked)
 }

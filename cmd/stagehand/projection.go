@@ -350,7 +350,7 @@ type parkedJSON struct {
 }
 
 func toParkedJSON(e projection.ParkedEvent) parkedJSON {
-	return parkedJSON{ID: e.ID, Projection: e.Projection, Checkpoint: e.Checkpoint, Position: e.Position,
+	return parkedJSON{ID: e.ID, Projection: e.Owner, Checkpoint: e.Checkpoint, Position: e.Position,
 		Tenant: e.Tenant, StreamID: e.StreamID, StreamType: e.StreamType, Version: e.Version,
 		EventID: e.EventID.String(), EventType: e.EventType, Attempts: e.Attempts, LastError: e.LastError,
 		ParkedAt: e.ParkedAt.UTC(), ReplayRequested: e.ReplayRequested}
@@ -396,7 +396,7 @@ func (a *app) parkedListCommand() *cobra.Command {
 				if e.ReplayRequested {
 					replay = "requested"
 				}
-				rows = append(rows, []string{fmt.Sprint(e.ID), e.Projection, fmt.Sprint(e.Position),
+				rows = append(rows, []string{fmt.Sprint(e.ID), e.Owner, fmt.Sprint(e.Position),
 					fmt.Sprintf("%s/%s@%d", e.StreamType, e.StreamID, e.Version), displayTenant(e.Tenant),
 					e.EventType, fmt.Sprint(e.Attempts), timestamp(e.ParkedAt), replay, truncate(e.LastError, 50)})
 			}
@@ -509,7 +509,7 @@ with status 1 when any failed again.`,
 			}
 			byProjection := map[string][]int64{}
 			for _, e := range evs {
-				byProjection[e.Projection] = append(byProjection[e.Projection], e.ID)
+				byProjection[e.Owner] = append(byProjection[e.Owner], e.ID)
 			}
 			var requested int64
 			for _, p := range slices.Sorted(maps.Keys(byProjection)) {
@@ -521,7 +521,7 @@ with status 1 when any failed again.`,
 			}
 			results := make([]replayResultJSON, 0, len(evs))
 			for _, e := range evs {
-				results = append(results, replayResultJSON{ID: e.ID, Projection: e.Projection, Outcome: "requested"})
+				results = append(results, replayResultJSON{ID: e.ID, Projection: e.Owner, Outcome: "requested"})
 			}
 			var waitErr error
 			if wait && len(results) > 0 {

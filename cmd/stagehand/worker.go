@@ -101,14 +101,14 @@ func (a *app) workerParkedCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			evs, err := staging.ListParkedWork(ctx, pool, a.schema, name)
+			evs, err := staging.ListParked(ctx, pool, a.schema, name)
 			if err != nil {
 				return a.dbError(err)
 			}
 			if a.json {
 				out := make([]parkedJSON, 0, len(evs))
 				for _, e := range evs {
-					out = append(out, parkedJSON{ID: e.ID, Projection: e.Worker, Checkpoint: e.Worker,
+					out = append(out, parkedJSON{ID: e.ID, Projection: e.Owner, Checkpoint: e.Owner,
 						Position: e.Position, Tenant: e.Tenant, StreamID: e.StreamID, StreamType: e.StreamType,
 						Version: e.Version, EventID: e.EventID.String(), EventType: e.EventType,
 						Attempts: e.Attempts, LastError: e.LastError, ParkedAt: e.ParkedAt.UTC(),
@@ -124,7 +124,7 @@ func (a *app) workerParkedCommand() *cobra.Command {
 			}
 			rows := make([][]string, 0, len(evs))
 			for _, e := range evs {
-				rows = append(rows, []string{fmt.Sprint(e.ID), e.Worker, fmt.Sprint(e.Position),
+				rows = append(rows, []string{fmt.Sprint(e.ID), e.Owner, fmt.Sprint(e.Position),
 					fmt.Sprintf("%s/%s@%d", e.StreamType, e.StreamID, e.Version), displayTenant(e.Tenant),
 					e.EventType, fmt.Sprint(e.Attempts), timestamp(e.ParkedAt), truncate(e.LastError, 50)})
 			}
@@ -151,7 +151,7 @@ func (a *app) workerReplayCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			n, err := staging.RequestReplayWork(ctx, pool, a.schema, args[0], ids...)
+			n, err := staging.RequestReplay(ctx, pool, a.schema, args[0], ids...)
 			if err != nil {
 				return a.dbError(err)
 			}
@@ -183,7 +183,7 @@ func (a *app) workerDiscardCommand() *cobra.Command {
 				return err
 			}
 			for _, id := range ids {
-				if err := staging.DiscardParkedWork(ctx, pool, a.schema, id); err != nil {
+				if err := staging.DiscardParked(ctx, pool, a.schema, id); err != nil {
 					return a.dbError(err)
 				}
 			}

@@ -17,6 +17,7 @@ import (
 	"github.com/stagehand-es/stagehand"
 	"github.com/stagehand-es/stagehand/internal/conf"
 	"github.com/stagehand-es/stagehand/internal/names"
+	"github.com/stagehand-es/stagehand/internal/sqlfile"
 )
 
 // DB is what the lease queries need; *pgxpool.Pool, *pgx.Conn and pgx.Tx satisfy it.
@@ -127,9 +128,9 @@ type Lease struct {
 // Manager acquires, renews and releases leases in one schema for one owner. It holds no goroutines of its own;
 // Run starts (and always stops) a renewer per lease it holds.
 type Manager struct {
-	db    DB
-	cfg   Config
-	table string
+	db  DB
+	cfg Config
+	q   statements
 }
 
 // New returns a Manager on db (usually a *pgxpool.Pool). It does not create tables: run stagehand.Migrate first.
@@ -141,7 +142,11 @@ func New(db DB, cfg *Config) (*Manager, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Manager{db: db, cfg: c, table: pgx.Identifier{c.Schema, "leases"}.Sanitize()}, nil
+	q, err := statementsFor(c.Schema)
+	if err != nil {
+		return nil, err
+	}
+	return &Manager{db: db, cfg: c, q: q}, nil
 }
 
 // Owner returns the owner name this Manager acquires leases as.
@@ -157,12 +162,8 @@ func (m *Manager) TryAcquire(ctx context.Context, name string) (l Lease, ok bool
 		return Lease{}, false, &ConfigError{Field: "name", Reason: "must not be blank"}
 	}
 	l = Lease{Name: name, Owner: m.cfg.Owner}
-	err = m.db.QueryRow(ctx, `INSERT INTO `+m.table+` AS l (name, owner, token, expires_at)
-		VALUES ($1, $2, 1, now() + $3 * interval '1 microsecond')
-		ON CONFLICT (name) DO UPDATE SET owner = EXCLUDED.owner, token = l.token + 1,
-			expires_at = EXCLUDED.expires_at, acquired_at = now(), renewed_at = now()
-		WHERE l.expires_at <= now()
-		RETURNING token, expires_at`, name, m.cfg.Owner, m.cfg.TTL.Microseconds()).Scan(&l.Token, &l.ExpiresAt)
+	err = m.db.QueryRow(ctx, m.q.acquire.SQL, m.q.acquire.Args(&row{Name: name, Owner: m.cfg.Owner,
+		TTLMicros: m.cfg.TTL.Microseconds()})...).Scan(&l.Token, &l.ExpiresAt)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Lease{}, false, nil
 	}
@@ -176,10 +177,8 @@ func (m *Manager) TryAcquire(ctx context.Context, name string) (l Lease, ok bool
 // Renew extends a held lease by TTL from now (database clock). It returns an error matching ErrLost when the
 // lease changed hands or was released; an expired lease that nobody took is renewed.
 func (m *Manager) Renew(ctx context.Context, l Lease) (Lease, error) {
-	err := m.db.QueryRow(ctx, `UPDATE `+m.table+` SET expires_at = now() + $4 * interval '1 microsecond',
-			renewed_at = now()
-		WHERE name = $1 AND owner = $2 AND token = $3 RETURNING expires_at`,
-		l.Name, l.Owner, l.Token, m.cfg.TTL.Microseconds()).Scan(&l.ExpiresAt)
+	err := m.db.QueryRow(ctx, m.q.renew.SQL, m.q.renew.Args(&row{Name: l.Name, Owner: l.Owner, Token: l.Token,
+		TTLMicros: m.cfg.TTL.Microseconds()})...).Scan(&l.ExpiresAt)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return l, fmt.Errorf("%w: %q (token %d) is no longer held by %q", ErrLost, l.Name, l.Token, l.Owner)
 	}
@@ -193,8 +192,7 @@ func (m *Manager) Renew(ctx context.Context, l Lease) (Lease, error) {
 // Release gives a held lease up at once, so a contender can take it without waiting for expiry. Releasing a
 // lease that was already lost is not an error. The token stays: the next holder gets token + 1.
 func (m *Manager) Release(ctx context.Context, l Lease) error {
-	_, err := m.db.Exec(ctx, `UPDATE `+m.table+` SET expires_at = now()
-		WHERE name = $1 AND owner = $2 AND token = $3`, l.Name, l.Owner, l.Token)
+	_, err := m.db.Exec(ctx, m.q.release.SQL, m.q.release.Args(&row{Name: l.Name, Owner: l.Owner, Token: l.Token})...)
 	if err != nil {
 		return fmt.Errorf("release lease %q: %w", l.Name, err)
 	}
@@ -209,10 +207,17 @@ func (m *Manager) Release(ctx context.Context, l Lease) error {
 //
 // A takeover waits for the transaction to end, so keep fenced transactions short relative to the TTL.
 func CheckTx(ctx context.Context, tx DB, schema string, l Lease) error {
+	check, err := statement(schema, "check")
+	if err != nil {
+		return err
+	}
+	return checkTx(ctx, tx, check, l)
+}
+
+func checkTx(ctx context.Context, tx DB, check sqlfile.Named[row], l Lease) error {
 	var token int64
 	var owner string
-	err := tx.QueryRow(ctx, `SELECT token, owner FROM `+pgx.Identifier{schema, "leases"}.Sanitize()+`
-		WHERE name = $1 FOR SHARE`, l.Name).Scan(&token, &owner)
+	err := tx.QueryRow(ctx, check.SQL, check.Args(&row{Name: l.Name})...).Scan(&token, &owner)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return &FencedError{Name: l.Name, Token: l.Token, Owner: l.Owner}
 	}
@@ -247,13 +252,13 @@ func FenceTemplate(firstArg int) string {
 // session is read-only (a hot standby, or default_transaction_read_only), where no lease can be taken. "" when it
 // can.
 func Fenceable(ctx context.Context, db DB, schema string) (string, error) {
-	table := pgx.Identifier{schema, "leases"}.Sanitize()
+	fenceable, err := statement(schema, "fenceable")
+	if err != nil {
+		return "", err
+	}
+	table := leasesTable(schema)
 	var exists, canLock, readOnly bool
-	err := db.QueryRow(ctx, `
-SELECT t IS NOT NULL,
-       t IS NOT NULL AND has_table_privilege(t, 'SELECT') AND has_table_privilege(t, 'UPDATE'),
-       pg_is_in_recovery() OR current_setting('transaction_read_only') = 'on'
-FROM (SELECT to_regclass($1) AS t) x`, table).Scan(&exists, &canLock, &readOnly)
+	err = db.QueryRow(ctx, fenceable.SQL, fenceable.Args(&row{Table: table})...).Scan(&exists, &canLock, &readOnly)
 	switch {
 	case err != nil:
 		return "", err
@@ -269,7 +274,7 @@ FROM (SELECT to_regclass($1) AS t) x`, table).Scan(&exists, &canLock, &readOnly)
 
 // CheckTx is the package-level CheckTx in the Manager's schema.
 func (m *Manager) CheckTx(ctx context.Context, tx DB, l Lease) error {
-	return CheckTx(ctx, tx, m.cfg.Schema, l)
+	return checkTx(ctx, tx, m.q.check, l)
 }
 
 // Info describes a lease row, for status listings.
@@ -286,8 +291,11 @@ type Info struct {
 
 // List returns the leases whose names start with prefix ("" for all), by name.
 func List(ctx context.Context, db DB, schema, prefix string) ([]Info, error) {
-	rows, err := db.Query(ctx, `SELECT name, owner, token, expires_at, acquired_at, renewed_at, expires_at > now()
-		FROM `+pgx.Identifier{schema, "leases"}.Sanitize()+` WHERE starts_with(name, $1) ORDER BY name`, prefix)
+	list, err := statement(schema, "list")
+	if err != nil {
+		return nil, err
+	}
+	rows, err := db.Query(ctx, list.SQL, list.Args(&row{Prefix: prefix})...)
 	if err != nil {
 		return nil, fmt.Errorf("list leases: %w", err)
 	}

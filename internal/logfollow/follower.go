@@ -427,7 +427,7 @@ func (f *Follower) advance(ctx context.Context, tx pgx.Tx, l lease.Lease, p *pro
 		FROM fence WHERE c.name = $1 AND c.position = $4 RETURNING c.reset_requested`,
 		append([]any{f.cfg.Name, last, lastEventAt, p.pos}, args...)...).Scan(&p.reset)
 	if errors.Is(err, pgx.ErrNoRows) {
-		if err := lease.CheckTx(ctx, tx, f.cfg.Schema, l); err != nil {
+		if err := f.leases.CheckTx(ctx, tx, l); err != nil {
 			return err // fenced out: another holder took over
 		}
 		return errMoved
@@ -538,7 +538,7 @@ func (f *Follower) setState(ctx context.Context, l lease.Lease, runErr error) {
 		msg = &s
 	}
 	err := pgx.BeginFunc(ctx, f.pool, func(tx pgx.Tx) error {
-		if err := lease.CheckTx(ctx, tx, f.cfg.Schema, l); err != nil {
+		if err := f.leases.CheckTx(ctx, tx, l); err != nil {
 			return err
 		}
 		_, err := tx.Exec(ctx, `UPDATE `+f.table+` SET state = $2, last_error = coalesce($3, last_error),
@@ -590,7 +590,7 @@ func (f *Follower) reset(ctx context.Context, l lease.Lease, p *progress) error 
 		return f.errorf("lock reset group %q: %w", f.cfg.ResetGroup, err)
 	}
 	if requested {
-		if err := lease.CheckTx(ctx, tx, f.cfg.Schema, l); err != nil {
+		if err := f.leases.CheckTx(ctx, tx, l); err != nil {
 			return err
 		}
 		if f.cfg.OnReset != nil {

@@ -9,9 +9,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/stagehand-es/stagehand"
 	"github.com/stagehand-es/stagehand/eventstore"
 )
 
@@ -37,24 +37,7 @@ func NewParked(schema, table, owner string, checkpoint bool, notFound error, lab
 }
 
 // ParkedEvent is one row of a parked-event table.
-type ParkedEvent struct {
-	ID    int64
-	Owner string
-	// Checkpoint is the checkpoint that parked the event ("" for a table without one).
-	Checkpoint string
-	Position   int64
-	Tenant     string
-	StreamID   string
-	StreamType string
-	Version    int64
-	EventID    uuid.UUID
-	EventType  string
-	Attempts   int
-	LastError  string
-	ParkedAt   time.Time
-	// ReplayRequested is true between RequestReplay and the replay attempt.
-	ReplayRequested bool
-}
+type ParkedEvent = stagehand.ParkedEvent
 
 // Park records the event failure gave up on, for owner (parked by checkpoint), in tx: the follower's transaction
 // that moves the checkpoint past it. An event parked again adds its attempts and replaces the last error.
@@ -97,20 +80,10 @@ func (p Parked) List(ctx context.Context, db DB, owner string) ([]ParkedEvent, e
 	return out, nil
 }
 
-// ParkedPage selects a page of a parked-event table (Page). Its zero value selects the first page of every owner's
-// parked events.
-type ParkedPage struct {
-	Owner   string   // "": every owner's
-	Tenants []string // nil or empty: every tenant's
-	IDs     []int64  // nil: all; an empty slice that is not nil selects none
-	AfterID int64    // pages run in ID order: continue after this ID
-	Limit   int      // at most this many (100 when not positive)
-}
-
 // Page returns the parked events q selects, in ID order (the earliest parked first), reading the table by its
 // primary key, so a long list is read a page at a time. Tenants must have been validated by the caller; a blank one
 // is NoTenant.
-func (p Parked) Page(ctx context.Context, db DB, q ParkedPage) ([]ParkedEvent, error) {
+func (p Parked) Page(ctx context.Context, db DB, q stagehand.ParkedQuery) ([]ParkedEvent, error) {
 	if q.Limit <= 0 {
 		q.Limit = 100
 	}

@@ -81,7 +81,7 @@ SELECT set_config('plan_cache_mode', current_setting('stagehand.plan_cache_mode'
     set_config('enable_bitmapscan', current_setting('stagehand.enable_bitmapscan'), true)
 
 -- Staging one message, with scalar arguments (the common case: one event, one message). An ordered message
--- ($10 true, its key's lock held) draws its sequence number from outbox_seq (migration 031): a later stager of
+-- (@ordered true, its key's lock held) draws its sequence number from outbox_seq (migration 031): a later stager of
 -- the key waits for the lock, so it draws a higher one. It is parked ('infinity') behind a pending message of
 -- its key or a dead letter holding the key, until promoted. Each of those two probes asks for the key's first
 -- sequence number (see the claim), as a scalar subquery run once. The new-ID form is a plain insert (no ON
@@ -94,15 +94,17 @@ SELECT set_config('plan_cache_mode', current_setting('stagehand.plan_cache_mode'
 -- name: stage_one
 INSERT INTO {outbox} (message_id, message_type, topic, payload, metadata, tenant_id, correlation_id, causation_id,
     partition_key, seq, source_position, scheduled_at, next_attempt_at, created_at)
-{row one} $1::text, $2::text, $3::text, $4::bytea, $5::jsonb, $6::text, $7::text, $8::text, $9::text,
-    CASE WHEN $10::bool THEN nextval('{seq}') END, {position one}, $12::timestamptz,
-    CASE WHEN $10::bool AND ({key_head tenant=$6 key=$9} IS NOT NULL OR {key_hold tenant=$6 key=$9} IS NOT NULL)
-         THEN 'infinity'::timestamptz ELSE coalesce($12, $13) END,
-    $13::timestamptz
+{row one} @message_id::text, @message_type::text, @topic::text, @payload::bytea, @metadata::jsonb,
+    @tenant_id::text, @correlation_id::text, @causation_id::text, @partition_key::text,
+    CASE WHEN @ordered::bool THEN nextval('{seq}') END, {position one}, @scheduled_at::timestamptz,
+    CASE WHEN @ordered::bool AND ({key_head tenant=@tenant_id key=@partition_key} IS NOT NULL
+                               OR {key_hold tenant=@tenant_id key=@partition_key} IS NOT NULL)
+         THEN 'infinity'::timestamptz ELSE coalesce(@scheduled_at, @now) END,
+    @now::timestamptz
 {dedup one}
 
 -- Staging several messages: the same, over arrays, in one scan of them. The caller numbers ordered messages
--- within their key ($12, 1..n per key, in the arrays' order): a key's first message is parked when its key
+-- within their key (@key_index, 1..n per key, in the arrays' order): a key's first message is parked when its key
 -- has a pending message or a holding dead letter (probed for it alone), the later ones behind it. Sequence
 -- numbers are drawn as the rows are read, in the arrays' order, so a key's messages are numbered in the
 -- caller's order. No join of the messages with their keys: a plan made for a few rows runs one as a nested
@@ -116,10 +118,11 @@ SELECT n.message_id, n.message_type, n.topic, n.payload, n.metadata::jsonb, n.te
     CASE WHEN n.key_index > 1 OR n.key_index = 1 AND (
             {key_head tenant=n.tenant_id key=n.partition_key} IS NOT NULL
          OR {key_hold tenant=n.tenant_id key=n.partition_key} IS NOT NULL)
-         THEN 'infinity'::timestamptz ELSE coalesce(n.scheduled_at, $13) END,
-    $13
-FROM unnest($1::text[], $2::text[], $3::text[], $4::bytea[], $5::text[], $6::text[], $7::text[], $8::text[],
-        $9::text[], $10::bigint[], $11::timestamptz[], $12::bigint[])
+         THEN 'infinity'::timestamptz ELSE coalesce(n.scheduled_at, @now) END,
+    @now::timestamptz
+FROM unnest(@message_ids::text[], @message_types::text[], @topics::text[], @payloads::bytea[], @metadata::text[],
+        @tenant_ids::text[], @correlation_ids::text[], @causation_ids::text[], @partition_keys::text[],
+        @source_positions::bigint[], @scheduled_at::timestamptz[], @key_index::bigint[])
     AS n(message_id, message_type, topic, payload, metadata, tenant_id, correlation_id, causation_id,
          partition_key, source_position, scheduled_at, key_index)
 WHERE true {dedup many}
@@ -363,23 +366,26 @@ LEFT JOIN LATERAL (
 -- A staged message whose ID may have been staged before (StageOptions.NewIDs false) is skipped when its tenant
 -- already has the ID in the sent ledger or the dead letters for the topic, or pending ({dedup one} and {dedup many}
 -- of stage_one and stage_many).
--- Staging after a watermark (StageOptions.Watermark, $14): a message whose source position is at or below it is
+-- Staging after a watermark (StageOptions.Watermark, @watermark): a message whose source position is at or below it is
 -- left out. The watermark's owner has passed its event and staged it itself, and cleanup may have forgotten its
 -- publication since, so staging it again could publish it twice. The transaction has locked the watermark's row
 -- (FOR SHARE, watermark_for_share) before its key locks, so the watermark stays where this reads it until the
 -- staging commits. A watermark not registered yet leaves nothing out. The subquery is uncorrelated: it runs once
 -- per statement.
 -- fragment: after_watermark_one
-  AND ($11::bigint IS NULL
-       OR $11::bigint > coalesce((SELECT w.position FROM {watermarks} w WHERE w.name = $14::text), -1))
+  AND (@source_position::bigint IS NULL
+       OR @source_position::bigint > coalesce((SELECT w.position FROM {watermarks} w WHERE w.name = @watermark::text),
+                                              -1))
 
 -- fragment: after_watermark_many
   AND (n.source_position IS NULL
-       OR n.source_position > coalesce((SELECT w.position FROM {watermarks} w WHERE w.name = $14::text), -1))
+       OR n.source_position > coalesce((SELECT w.position FROM {watermarks} w WHERE w.name = @watermark::text), -1))
 
 -- fragment: dedup_one
-  AND NOT EXISTS (SELECT 1 FROM {sent} s WHERE s.message_id = $1 AND s.topic = $3 AND s.tenant_id = $6)
-  AND NOT EXISTS (SELECT 1 FROM {dead} d WHERE d.message_id = $1 AND d.topic = $3 AND d.tenant_id = $6)
+  AND NOT EXISTS (SELECT 1 FROM {sent} s
+                  WHERE s.message_id = @message_id AND s.topic = @topic AND s.tenant_id = @tenant_id)
+  AND NOT EXISTS (SELECT 1 FROM {dead} d
+                  WHERE d.message_id = @message_id AND d.topic = @topic AND d.tenant_id = @tenant_id)
 ON CONFLICT (message_id, topic, tenant_id) DO NOTHING
 
 -- fragment: dedup_many
