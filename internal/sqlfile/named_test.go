@@ -2,6 +2,7 @@ package sqlfile_test
 
 import (
 	"testing"
+	"time"
 
 	"github.com/stagehand-es/stagehand/internal/sqlfile"
 )
@@ -49,4 +50,50 @@ func TestBindRefusesAnUnknownParameter(t *testing.T) {
 	if _, err := sqlfile.Bind[int](`SELECT @id`); err == nil {
 		t.Fatal("a non-struct bound")
 	}
+}
+
+type thirteen struct {
+	A string    `sql:"a"`
+	B string    `sql:"b"`
+	C string    `sql:"c"`
+	D []byte    `sql:"d"`
+	E string    `sql:"e"`
+	F string    `sql:"f"`
+	G string    `sql:"g"`
+	H string    `sql:"h"`
+	I string    `sql:"i"`
+	J bool      `sql:"j"`
+	K *int64    `sql:"k"`
+	L *int64    `sql:"l"`
+	M time.Time `sql:"m"`
+}
+
+// BenchmarkArgs prices Args for a statement of thirteen parameters, the size of a staged message's: what named
+// parameters add to a save over a hand-written []any (which the compiler keeps on the stack here, so it costs next
+// to nothing; in a save it escapes to the batch). Measured: about 450ns and 12 allocations, against the tens of
+// microseconds of client CPU a save spends in pgx alone.
+//
+//	go test ./internal/sqlfile -run '^$' -bench Args
+func BenchmarkArgs(b *testing.B) {
+	n, err := sqlfile.Bind[thirteen](`SELECT @a, @b, @c, @d, @e, @f, @g, @h, @i, @j, @k, @l, @m`)
+	if err != nil {
+		b.Fatal(err)
+	}
+	p := thirteen{A: "a", B: "b", C: "c", D: []byte("d"), E: "e", F: "f", G: "g", H: "h", I: "i", J: true,
+		M: time.Now()}
+	hand := func(p *thirteen) []any {
+		return []any{p.A, p.B, p.C, p.D, p.E, p.F, p.G, p.H, p.I, p.J, p.K, p.L, p.M}
+	}
+	b.Run("hand-written", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			_ = hand(&p)
+		}
+	})
+	b.Run("named", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			_ = n.Args(&p)
+		}
+	})
 }
