@@ -230,18 +230,11 @@ func checkTx(ctx context.Context, tx DB, check sqlfile.Named[row], l Lease) erro
 	return nil
 }
 
-// FenceCTE returns a WITH item named fence, and its arguments numbered from firstArg, for a caller that wants
-// the fenced check and its write in one statement (one round trip instead of two): fence yields one row, and
-// locks the lease row FOR SHARE until the transaction ends, only while l still holds the lease. Join it into the
-// write (UPDATE ... FROM fence), and when the write matches no row call CheckTx to tell a fenced-out writer from
-// another cause.
-func FenceCTE(schema string, l Lease, firstArg int) (string, []any) {
-	return strings.ReplaceAll(FenceTemplate(firstArg), "{leases}", pgx.Identifier{schema, "leases"}.Sanitize()),
-		[]any{l.Name, l.Owner, l.Token}
-}
-
-// FenceTemplate is FenceCTE's WITH item as template text, for a caller that writes its statements out itself
-// (package sqlfile): the leases table is the marker {leases}.
+// FenceTemplate is a WITH item named fence, as template text for a caller that writes its statements out itself
+// (package sqlfile), with positional arguments numbered from firstArg (the lease's name, owner and token): fence
+// yields one row, and locks the lease row FOR SHARE until the transaction ends, only while the lease is still the
+// writer's. Join it into the write (UPDATE ... FROM fence), and when the write matches no row call CheckTx to tell
+// a fenced-out writer from another cause. The leases table is the marker {leases}.
 func FenceTemplate(firstArg int) string {
 	return fmt.Sprintf(`fence AS (SELECT 1 FROM {leases} WHERE name = $%d AND owner = $%d AND token = $%d FOR SHARE)`,
 		firstArg, firstArg+1, firstArg+2)

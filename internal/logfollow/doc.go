@@ -13,7 +13,7 @@
 //     position past one an in-flight transaction may still commit;
 //   - for each page: begins a transaction on the checkpoint's pool, calls the Handler with that transaction and
 //     the page's records (after the EventTypes/StreamTypes/Tenants filter and Select), then in one statement
-//     runs the fenced-write check (lease.FenceCTE: the lease row locked FOR SHARE, owner and fencing token
+//     runs the fenced-write check (the fence of sql/checkpoints.sql: the lease row locked FOR SHARE, owner and fencing token
 //     compared) and advances the checkpoint to the page's Last (only if it is still where this follower left
 //     it), and commits. Writes the handler makes through the transaction are therefore applied exactly once: a crash before the commit loses both the writes and the advance, and a zombie
 //     holder's commit after a takeover is refused. Effects outside the transaction are at-least-once;

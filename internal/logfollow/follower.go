@@ -27,7 +27,7 @@ type Follower struct {
 	handler Handler
 	cfg     Config
 	leases  *lease.Manager
-	table   string
+	q       checkpointSQL
 	filter  string
 
 	running    atomic.Bool
@@ -71,8 +71,11 @@ func New(pool *pgxpool.Pool, store eventstore.Store, h Handler, cfg *Config) (*F
 	if err != nil {
 		beat = nil
 	}
-	return &Follower{pool: pool, store: store, handler: h, cfg: c, leases: leases,
-		table: pgx.Identifier{c.Schema, "checkpoints"}.Sanitize(), filter: c.filterText(),
+	q, err := checkpointStatements(c.Schema)
+	if err != nil {
+		return nil, err
+	}
+	return &Follower{pool: pool, store: store, handler: h, cfg: c, leases: leases, q: q, filter: c.filterText(),
 		wake: make(chan struct{}, 1), beat: beat}, nil
 }
 
@@ -418,14 +421,9 @@ func (f *Follower) handle(ctx context.Context, tx pgx.Tx, recs []eventstore.Reco
 // reset request.
 func (f *Follower) advance(ctx context.Context, tx pgx.Tx, l lease.Lease, p *progress, last int64,
 	lastEventAt *time.Time) error {
-	fence, args := lease.FenceCTE(f.cfg.Schema, l, 5)
-	err := tx.QueryRow(ctx, `WITH `+fence+` UPDATE `+f.table+` c SET position = $2,
-			last_event_at = coalesce($3, last_event_at),
-			failing_position = CASE WHEN failing_position <= $2 THEN NULL ELSE failing_position END,
-			attempts = CASE WHEN failing_position <= $2 THEN 0 ELSE attempts END,
-			state = 'running', updated_at = now()
-		FROM fence WHERE c.name = $1 AND c.position = $4 RETURNING c.reset_requested`,
-		append([]any{f.cfg.Name, last, lastEventAt, p.pos}, args...)...).Scan(&p.reset)
+	err := tx.QueryRow(ctx, f.q.advance.SQL, f.q.advance.Args(&checkpoint{Name: f.cfg.Name, Position: last,
+		LastEventAt: lastEventAt, From: p.pos, FenceName: l.Name, FenceOwner: l.Owner, FenceToken: l.Token})...).
+		Scan(&p.reset)
 	if errors.Is(err, pgx.ErrNoRows) {
 		if err := f.leases.CheckTx(ctx, tx, l); err != nil {
 			return err // fenced out: another holder took over
@@ -514,9 +512,8 @@ func (f *Follower) giveUp(ctx context.Context, l lease.Lease, p *progress, herr 
 // noteError records the failing position and its error for status readers (best effort, not fenced: it
 // changes no position).
 func (f *Follower) noteError(ctx context.Context, pos int64, attempts int, err error) {
-	_, qerr := f.pool.Exec(ctx, `UPDATE `+f.table+` SET last_error = $2, last_error_at = now(),
-		failing_position = $3, attempts = $4, updated_at = now() WHERE name = $1`,
-		f.cfg.Name, err.Error(), pos, attempts)
+	_, qerr := f.pool.Exec(ctx, f.q.noteError.SQL, f.q.noteError.Args(&checkpoint{Name: f.cfg.Name,
+		Error: err.Error(), FailingPosition: pos, Attempts: attempts})...)
 	if qerr != nil && ctx.Err() == nil {
 		f.cfg.Logger.DebugContext(ctx, "stagehand: could not record a handler error", "name", f.cfg.Name,
 			"error", qerr)
@@ -541,9 +538,8 @@ func (f *Follower) setState(ctx context.Context, l lease.Lease, runErr error) {
 		if err := f.leases.CheckTx(ctx, tx, l); err != nil {
 			return err
 		}
-		_, err := tx.Exec(ctx, `UPDATE `+f.table+` SET state = $2, last_error = coalesce($3, last_error),
-			last_error_at = CASE WHEN $3::text IS NULL THEN last_error_at ELSE now() END, updated_at = now()
-			WHERE name = $1`, f.cfg.Name, state, msg)
+		_, err := tx.Exec(ctx, f.q.setState.SQL, f.q.setState.Args(&checkpoint{Name: f.cfg.Name, State: state,
+			LastError: msg})...)
 		return err
 	})
 	if err != nil {
@@ -554,12 +550,8 @@ func (f *Follower) setState(ctx context.Context, l lease.Lease, runErr error) {
 
 // start creates or updates the checkpoint row and loads it.
 func (f *Follower) start(ctx context.Context, p *progress) error {
-	err := f.pool.QueryRow(ctx, `INSERT INTO `+f.table+` AS c (name, kind, reset_group, filter, state)
-		VALUES ($1, $2, $3, $4, 'running')
-		ON CONFLICT (name) DO UPDATE SET kind = EXCLUDED.kind, reset_group = EXCLUDED.reset_group,
-			filter = EXCLUDED.filter, state = 'running', updated_at = now()
-		RETURNING position, reset_requested`, f.cfg.Name, f.cfg.Kind, f.cfg.ResetGroup, f.filter).
-		Scan(&p.pos, &p.reset)
+	err := f.pool.QueryRow(ctx, f.q.start.SQL, f.q.start.Args(&checkpoint{Name: f.cfg.Name, Kind: f.cfg.Kind,
+		ResetGroup: f.cfg.ResetGroup, Filter: f.filter})...).Scan(&p.pos, &p.reset)
 	if err != nil {
 		return f.errorf("start checkpoint (did you run stagehand.Migrate?): %w", err)
 	}
@@ -567,8 +559,7 @@ func (f *Follower) start(ctx context.Context, p *progress) error {
 }
 
 func (f *Follower) load(ctx context.Context, p *progress) error {
-	err := f.pool.QueryRow(ctx, `SELECT position, reset_requested FROM `+f.table+` WHERE name = $1`,
-		f.cfg.Name).Scan(&p.pos, &p.reset)
+	err := f.pool.QueryRow(ctx, f.q.load.SQL, f.q.load.Args(&checkpoint{Name: f.cfg.Name})...).Scan(&p.pos, &p.reset)
 	if err != nil {
 		return f.errorf("read checkpoint: %w", err)
 	}
@@ -584,8 +575,8 @@ func (f *Follower) reset(ctx context.Context, l lease.Lease, p *progress) error 
 	}
 	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
 	var requested bool
-	if err := tx.QueryRow(ctx, `SELECT coalesce(bool_or(reset_requested), false) FROM (SELECT reset_requested
-		FROM `+f.table+` WHERE reset_group = $1 ORDER BY name FOR UPDATE) g`, f.cfg.ResetGroup).
+	group := &checkpoint{ResetGroup: f.cfg.ResetGroup}
+	if err := tx.QueryRow(ctx, f.q.lockResetGroup.SQL, f.q.lockResetGroup.Args(group)...).
 		Scan(&requested); err != nil {
 		return f.errorf("lock reset group %q: %w", f.cfg.ResetGroup, err)
 	}
@@ -598,10 +589,7 @@ func (f *Follower) reset(ctx context.Context, l lease.Lease, p *progress) error 
 				return f.errorf("reset: %w", err)
 			}
 		}
-		if _, err := tx.Exec(ctx, `UPDATE `+f.table+` SET position = reset_position, reset_position = 0,
-			reset_requested = false,
-			failing_position = NULL, attempts = 0, last_event_at = NULL, updated_at = now()
-			WHERE reset_group = $1`, f.cfg.ResetGroup); err != nil {
+		if _, err := tx.Exec(ctx, f.q.resetGroup.SQL, f.q.resetGroup.Args(group)...); err != nil {
 			return f.errorf("reset checkpoints of %q: %w", f.cfg.ResetGroup, err)
 		}
 	}

@@ -64,11 +64,11 @@ func List(ctx context.Context, db DB, schema, kind string) ([]Checkpoint, error)
 	for _, l := range leases {
 		byName[l.Name] = l
 	}
-	rows, err := db.Query(ctx, `SELECT c.name, c.kind, c.reset_group, c.filter, c.position, c.state,
-			coalesce(c.last_error, ''), c.last_error_at, coalesce(c.failing_position, 0), c.attempts,
-			c.reset_requested, c.last_event_at, c.updated_at
-		FROM `+pgx.Identifier{schema, "checkpoints"}.Sanitize()+` c
-		WHERE $1 = '' OR c.kind = $1 ORDER BY c.name`, kind)
+	list, err := checkpointStatement(schema, "list")
+	if err != nil {
+		return nil, err
+	}
+	rows, err := db.Query(ctx, list.SQL, list.Args(&checkpoint{Kind: kind})...)
 	if err != nil {
 		return nil, fmt.Errorf("list checkpoints: %w", err)
 	}
@@ -107,8 +107,11 @@ func List(ctx context.Context, db DB, schema, kind string) ([]Checkpoint, error)
 // Positions returns the checkpoint positions of a reset group's followers of kind, by name: what a lag gauge
 // reads. A follower that never ran has none.
 func Positions(ctx context.Context, db DB, schema, kind, group string) (map[string]int64, error) {
-	rows, err := db.Query(ctx, `SELECT name, position FROM `+pgx.Identifier{schema, "checkpoints"}.Sanitize()+
-		` WHERE reset_group = $1 AND kind = $2`, group, kind)
+	positions, err := checkpointStatement(schema, "positions")
+	if err != nil {
+		return nil, err
+	}
+	rows, err := db.Query(ctx, positions.SQL, positions.Args(&checkpoint{ResetGroup: group, Kind: kind})...)
 	if err != nil {
 		return nil, fmt.Errorf("checkpoint positions: %w", err)
 	}
@@ -133,8 +136,11 @@ func Positions(ctx context.Context, db DB, schema, kind, group string) (map[stri
 // PollInterval; a follower that is not running does it when it next starts. It returns how many checkpoints were
 // marked (0 when the group never ran).
 func RequestReset(ctx context.Context, db DB, schema, group string, after int64) (int64, error) {
-	tag, err := db.Exec(ctx, `UPDATE `+pgx.Identifier{schema, "checkpoints"}.Sanitize()+`
-		SET reset_requested = true, reset_position = $2, updated_at = now() WHERE reset_group = $1`, group, after)
+	reset, err := checkpointStatement(schema, "request_reset")
+	if err != nil {
+		return 0, err
+	}
+	tag, err := db.Exec(ctx, reset.SQL, reset.Args(&checkpoint{ResetGroup: group, Position: after})...)
 	if err != nil {
 		return 0, fmt.Errorf("request reset of %q: %w", group, err)
 	}
@@ -179,8 +185,7 @@ func LagAt(ctx context.Context, store eventstore.Store, position int64, now time
 // Lag reads the follower's checkpoint from the database and measures its lag against the store.
 func (f *Follower) Lag(ctx context.Context) (Lag, error) {
 	var pos int64
-	err := f.pool.QueryRow(ctx, `SELECT coalesce((SELECT position FROM `+f.table+` WHERE name = $1), 0)`,
-		f.cfg.Name).Scan(&pos)
+	err := f.pool.QueryRow(ctx, f.q.position.SQL, f.q.position.Args(&checkpoint{Name: f.cfg.Name})...).Scan(&pos)
 	if err != nil {
 		return Lag{}, f.errorf("read checkpoint: %w", err)
 	}
