@@ -196,8 +196,10 @@ func TestProjectionRebuildWaitStops(t *testing.T) {
 	require.Contains(t, r.stderr, `warning: no process is running projection "balances"`)
 	require.Contains(t, r.stderr, `gave up waiting for the rebuild of "balances" after 300ms`)
 
+	// Interrupted while it waits: late enough that a loaded machine has connected and requested the rebuild (an
+	// interruption before that is another message).
 	ctx, cancel := context.WithCancel(context.Background())
-	time.AfterFunc(300*time.Millisecond, cancel)
+	time.AfterFunc(1500*time.Millisecond, cancel)
 	r = invoke(ctx, options{}, e.args("projection", "rebuild", "balances", "--wait", "--poll-interval", "20ms")...)
 	require.Equal(t, exitInterrupted, r.code, r.stderr)
 	require.Contains(t, r.stderr, "stagehand: interrupted: stopped waiting for the rebuild")

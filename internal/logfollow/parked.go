@@ -5,14 +5,15 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strconv"
-	"strings"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/stagehand-es/stagehand"
 	"github.com/stagehand-es/stagehand/eventstore"
+	"github.com/stagehand-es/stagehand/internal/sqlfile"
 )
 
 // Parked is one table of parked events: the events a follower set aside (its OnExhausted) after handling them
@@ -22,7 +23,7 @@ import (
 // owner column.
 type Parked struct {
 	table      string // the sanitized table name
-	owner      string // the owner column ("projection", "worker")
+	owner      string // the owner column ("projection", "worker"), a plain identifier
 	checkpoint bool   // the table records the checkpoint (partition) that parked each event
 	notFound   error  // the owner package's sentinel for an unknown ID
 	label      string // what error messages start with ("projection", "staging")
@@ -43,23 +44,17 @@ type ParkedEvent = stagehand.ParkedEvent
 // that moves the checkpoint past it. An event parked again adds its attempts and replaces the last error.
 func (p Parked) Park(ctx context.Context, tx pgx.Tx, owner, checkpoint string, failure *HandlerError) error {
 	rec := failure.Record
-	cols := []string{p.owner}
-	args := []any{owner}
+	column, value := "", ""
 	if p.checkpoint {
-		cols, args = append(cols, "checkpoint"), append(args, checkpoint)
+		column, value = "checkpoint, ", "@checkpoint::text, "
 	}
-	cols = append(cols, "position", "tenant_id", "stream_id", "stream_type", "version", "event_id", "event_type",
-		"attempts", "last_error")
-	args = append(args, rec.Position, rec.Tenant, rec.StreamID, rec.StreamType, rec.Version, rec.EventID,
-		rec.Type, failure.Attempts, failure.Err.Error())
-	placeholders := make([]string, len(args))
-	for i := range args {
-		placeholders[i] = "$" + strconv.Itoa(i+1)
+	park, err := p.statement("park", "checkpoint column", column, "checkpoint value", value)
+	if err == nil {
+		_, err = tx.Exec(ctx, park.SQL, park.Args(&parkedRow{Owner: owner, Checkpoint: checkpoint,
+			Position: rec.Position, Tenant: rec.Tenant, StreamID: rec.StreamID, StreamType: rec.StreamType,
+			Version: rec.Version, EventID: rec.EventID, EventType: rec.Type, Attempts: failure.Attempts,
+			LastError: failure.Err.Error()})...)
 	}
-	_, err := tx.Exec(ctx, `INSERT INTO `+p.table+` AS pk (`+strings.Join(cols, ", ")+`)
-		VALUES (`+strings.Join(placeholders, ", ")+`)
-		ON CONFLICT (`+p.owner+`, position) DO UPDATE SET attempts = pk.attempts + EXCLUDED.attempts,
-			last_error = EXCLUDED.last_error, parked_at = now()`, args...)
 	if err != nil {
 		return fmt.Errorf("%s: %s: park event at position %d: %w", p.label, owner, rec.Position, err)
 	}
@@ -68,8 +63,11 @@ func (p Parked) Park(ctx context.Context, tx pgx.Tx, owner, checkpoint string, f
 
 // List returns the parked events of owner ("" for every owner), by owner and then oldest position first.
 func (p Parked) List(ctx context.Context, db DB, owner string) ([]ParkedEvent, error) {
-	rows, err := db.Query(ctx, `SELECT `+p.columns()+` FROM `+p.table+`
-		WHERE $1 = '' OR `+p.owner+` = $1 ORDER BY `+p.owner+`, position`, owner)
+	list, err := p.statement("parked_list")
+	if err != nil {
+		return nil, fmt.Errorf("%s: list parked events: %w", p.label, err)
+	}
+	rows, err := db.Query(ctx, list.SQL, list.Args(&parkedRow{Owner: owner})...)
 	if err != nil {
 		return nil, fmt.Errorf("%s: list parked events: %w", p.label, err)
 	}
@@ -91,10 +89,12 @@ func (p Parked) Page(ctx context.Context, db DB, q stagehand.ParkedQuery) ([]Par
 	if len(q.Tenants) > 0 {
 		tenants = NormalizeTenants(q.Tenants)
 	}
-	rows, err := db.Query(ctx, `SELECT `+p.columns()+` FROM `+p.table+`
-		WHERE ($1 = '' OR `+p.owner+` = $1) AND ($2::text[] IS NULL OR tenant_id = ANY ($2))
-			AND ($3::bigint[] IS NULL OR id = ANY ($3)) AND id > $4
-		ORDER BY id LIMIT $5`, q.Owner, tenants, q.IDs, q.AfterID, q.Limit)
+	page, err := p.statement("parked_page")
+	if err != nil {
+		return nil, fmt.Errorf("%s: list parked events: %w", p.label, err)
+	}
+	rows, err := db.Query(ctx, page.SQL, page.Args(&parkedRow{Owner: q.Owner, Tenants: tenants, IDs: q.IDs,
+		AfterID: q.AfterID, Limit: q.Limit})...)
 	if err != nil {
 		return nil, fmt.Errorf("%s: list parked events: %w", p.label, err)
 	}
@@ -103,16 +103,6 @@ func (p Parked) Page(ctx context.Context, db DB, q stagehand.ParkedQuery) ([]Par
 		return nil, fmt.Errorf("%s: list parked events: %w", p.label, err)
 	}
 	return out, nil
-}
-
-// columns lists a row's columns in scanParked's order.
-func (p Parked) columns() string {
-	checkpoint := "''"
-	if p.checkpoint {
-		checkpoint = "checkpoint"
-	}
-	return `id, ` + p.owner + `, ` + checkpoint + `, position, tenant_id, stream_id, stream_type, version, event_id,
-		event_type, attempts, last_error, parked_at, replay_requested`
 }
 
 func scanParked(r pgx.CollectableRow) (ParkedEvent, error) {
@@ -130,7 +120,11 @@ func (p Parked) Counts(ctx context.Context, db DB, byCheckpoint bool) (map[strin
 	if byCheckpoint && p.checkpoint {
 		col = "checkpoint"
 	}
-	rows, err := db.Query(ctx, `SELECT `+col+`, count(*) FROM `+p.table+` GROUP BY `+col)
+	counts, err := p.statement("parked_counts", "group", col)
+	if err != nil {
+		return nil, fmt.Errorf("%s: count parked events: %w", p.label, err)
+	}
+	rows, err := db.Query(ctx, counts.SQL, counts.Args(&parkedRow{})...)
 	if err != nil {
 		return nil, fmt.Errorf("%s: count parked events: %w", p.label, err)
 	}
@@ -146,7 +140,11 @@ func (p Parked) Counts(ctx context.Context, db DB, byCheckpoint bool) (map[strin
 // Discard deletes the parked event id without handling it (an operator's decision). An unknown id is an error
 // matching the table's not-found sentinel.
 func (p Parked) Discard(ctx context.Context, db DB, id int64) error {
-	tag, err := db.Exec(ctx, `DELETE FROM `+p.table+` WHERE id = $1`, id)
+	discard, err := p.statement("parked_discard")
+	var tag pgconn.CommandTag
+	if err == nil {
+		tag, err = db.Exec(ctx, discard.SQL, discard.Args(&parkedRow{ID: id})...)
+	}
 	if err != nil {
 		return fmt.Errorf("%s: discard parked event %d: %w", p.label, id, err)
 	}
@@ -159,8 +157,11 @@ func (p Parked) Discard(ctx context.Context, db DB, id int64) error {
 // RequestReplay marks owner's parked events ids (all of them when ids is empty) for the process running owner to
 // replay (ReplayRequested), and returns how many it marked.
 func (p Parked) RequestReplay(ctx context.Context, db DB, owner string, ids ...int64) (int64, error) {
-	tag, err := db.Exec(ctx, `UPDATE `+p.table+` SET replay_requested = true
-		WHERE `+p.owner+` = $1 AND (coalesce(cardinality($2::bigint[]), 0) = 0 OR id = ANY($2))`, owner, ids)
+	request, err := p.statement("parked_request_replay")
+	var tag pgconn.CommandTag
+	if err == nil {
+		tag, err = db.Exec(ctx, request.SQL, request.Args(&parkedRow{Owner: owner, IDs: ids})...)
+	}
 	if err != nil {
 		return 0, fmt.Errorf("%s: request replay of parked events of %q: %w", p.label, owner, err)
 	}
@@ -182,7 +183,11 @@ func (p Parked) Replay(ctx context.Context, db Beginner, store eventstore.Store,
 	handle func(ctx context.Context, tx pgx.Tx, rec eventstore.Record) error) error {
 	var pos int64
 	var holder string
-	err := db.QueryRow(ctx, `SELECT position, `+p.owner+` FROM `+p.table+` WHERE id = $1`, id).Scan(&pos, &holder)
+	locate, err := p.statement("parked_locate")
+	if err != nil {
+		return fmt.Errorf("%s: %s: read parked event %d: %w", p.label, owner, id, err)
+	}
+	err = db.QueryRow(ctx, locate.SQL, locate.Args(&parkedRow{ID: id})...).Scan(&pos, &holder)
 	if errors.Is(err, pgx.ErrNoRows) || (err == nil && holder != owner) {
 		return fmt.Errorf("%w: %d (%s %s)", p.notFound, id, p.owner, owner)
 	}
@@ -206,9 +211,12 @@ func (p Parked) Replay(ctx context.Context, db Beginner, store eventstore.Store,
 	if err == nil || errors.Is(err, p.notFound) {
 		return err
 	}
-	if _, uerr := db.Exec(context.WithoutCancel(ctx), `UPDATE `+p.table+`
-		SET attempts = attempts + 1, last_error = $2, replay_requested = false WHERE id = $1`, id,
-		err.Error()); uerr != nil {
+	failed, uerr := p.statement("parked_replay_failed")
+	if uerr == nil {
+		_, uerr = db.Exec(context.WithoutCancel(ctx), failed.SQL, failed.Args(&parkedRow{ID: id,
+			LastError: err.Error()})...)
+	}
+	if uerr != nil {
 		return fmt.Errorf("%s: %s: replay parked event %d: %w (and its failure could not be recorded: %w)",
 			p.label, owner, id, err, uerr)
 	}
@@ -218,7 +226,11 @@ func (p Parked) Replay(ctx context.Context, db Beginner, store eventstore.Store,
 // replayOn deletes parked event id and handles rec, its event, on tx.
 func (p Parked) replayOn(ctx context.Context, tx pgx.Tx, id int64, rec eventstore.Record,
 	handle func(ctx context.Context, tx pgx.Tx, rec eventstore.Record) error) error {
-	tag, err := tx.Exec(ctx, `DELETE FROM `+p.table+` WHERE id = $1`, id)
+	discard, err := p.statement("parked_discard")
+	if err != nil {
+		return err
+	}
+	tag, err := tx.Exec(ctx, discard.SQL, discard.Args(&parkedRow{ID: id})...)
 	if err != nil {
 		return err
 	}
@@ -233,8 +245,11 @@ func (p Parked) replayOn(ctx context.Context, tx pgx.Tx, id int64, rec eventstor
 // request cleared.
 func (p Parked) ReplayRequested(ctx context.Context, db DB, owner string, logger *slog.Logger,
 	replay func(ctx context.Context, id int64) error) {
-	rows, err := db.Query(ctx, `SELECT id FROM `+p.table+` WHERE `+p.owner+` = $1 AND replay_requested
-		ORDER BY position`, owner)
+	requested, err := p.statement("parked_requested")
+	var rows pgx.Rows
+	if err == nil {
+		rows, err = db.Query(ctx, requested.SQL, requested.Args(&parkedRow{Owner: owner})...)
+	}
 	if err != nil {
 		if ctx.Err() == nil {
 			logger.WarnContext(ctx, "stagehand: could not read replay requests", p.owner, owner, "error", err)
@@ -272,4 +287,43 @@ func Every(ctx context.Context, interval time.Duration, fn func(ctx context.Cont
 		}
 	}()
 	return func() { cancel(); <-done }
+}
+
+// parkedRow holds the named parameters of the parked-event statements (sql/parked.sql): a statement takes the ones
+// it names.
+type parkedRow struct {
+	ID         int64     `sql:"id"`
+	Owner      string    `sql:"owner"`
+	Checkpoint string    `sql:"checkpoint"`
+	Position   int64     `sql:"position"`
+	Tenant     string    `sql:"tenant_id"`
+	StreamID   string    `sql:"stream_id"`
+	StreamType string    `sql:"stream_type"`
+	Version    int64     `sql:"version"`
+	EventID    uuid.UUID `sql:"event_id"`
+	EventType  string    `sql:"event_type"`
+	Attempts   int       `sql:"attempts"`
+	LastError  string    `sql:"last_error"`
+	Tenants    []string  `sql:"tenants"`
+	IDs        []int64   `sql:"ids"`
+	AfterID    int64     `sql:"after_id"`
+	Limit      int       `sql:"limit"`
+}
+
+// statement writes the parked-event statement name out for p's table, with the extra raw markers of extra (pairs
+// of marker and text).
+func (p Parked) statement(name string, extra ...string) (sqlfile.Named[parkedRow], error) {
+	checkpoint := "''"
+	if p.checkpoint {
+		checkpoint = "checkpoint"
+	}
+	raw := map[string]string{"owner": p.owner, "checkpoint": checkpoint}
+	for i := 0; i+1 < len(extra); i += 2 {
+		raw[extra[i]] = extra[i+1]
+	}
+	text, err := sqlSet.Expand(name, raw, map[string]string{"parked": p.table})
+	if err != nil {
+		return sqlfile.Named[parkedRow]{}, fmt.Errorf("write statement %s: %w", name, err)
+	}
+	return sqlfile.Bind[parkedRow](text)
 }
