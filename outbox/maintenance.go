@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"go.opentelemetry.io/otel/metric"
 
+	"github.com/stagehand-es/stagehand/internal/conf"
 	"github.com/stagehand-es/stagehand/internal/lease"
 	"github.com/stagehand-es/stagehand/internal/telemetry"
 )
@@ -28,6 +29,10 @@ const (
 	DefaultDeadLetterRetention = 30 * 24 * time.Hour
 	// DefaultMaintenanceInterval is how often a maintenance pass runs by default, across every process.
 	DefaultMaintenanceInterval = 5 * time.Minute
+	// DefaultMaintenanceBatchSize is how many rows one retention statement deletes by default.
+	DefaultMaintenanceBatchSize = 1000
+	// DefaultMaintenanceLeaseTTL is the maintainer's lease lifetime by default.
+	DefaultMaintenanceLeaseTTL = 30 * time.Second
 	// MaintenanceLease is the name of the lease (in the schema's leases table) that makes one maintainer of an
 	// outbox active at a time.
 	MaintenanceLease = "maintenance:outbox"
@@ -76,16 +81,8 @@ func (c *MaintenanceConfig) withDefaults() (MaintenanceConfig, error) {
 	if c != nil {
 		m = *c
 	}
-	bad := func(field, reason string) (MaintenanceConfig, error) {
-		return MaintenanceConfig{}, &ConfigError{Package: "outbox", Component: "maintenance", Field: field,
-			Reason: reason}
-	}
-	switch {
-	case m.Interval == 0:
-		m.Interval = DefaultMaintenanceInterval
-	case m.Interval < time.Second:
-		return bad("Interval", "Interval must be at least 1s.")
-	}
+	check := conf.Check{Package: "outbox", Component: "maintenance"}
+	check.Duration("Interval", &m.Interval, DefaultMaintenanceInterval, time.Second)
 	if m.SentRetention == 0 {
 		m.SentRetention = DefaultSentRetention
 	}
@@ -95,17 +92,10 @@ func (c *MaintenanceConfig) withDefaults() (MaintenanceConfig, error) {
 	if m.DeadLetterRetention == 0 {
 		m.DeadLetterRetention = DefaultDeadLetterRetention
 	}
-	switch {
-	case m.BatchSize == 0:
-		m.BatchSize = 1000
-	case m.BatchSize < 1 || m.BatchSize > 100000:
-		return bad("BatchSize", "BatchSize must be between 1 and 100000.")
-	}
-	switch {
-	case m.LeaseTTL == 0:
-		m.LeaseTTL = 30 * time.Second
-	case m.LeaseTTL < time.Second:
-		return bad("LeaseTTL", "LeaseTTL must be at least 1s.")
+	check.Int("BatchSize", &m.BatchSize, DefaultMaintenanceBatchSize, 1, 100000)
+	check.Duration("LeaseTTL", &m.LeaseTTL, DefaultMaintenanceLeaseTTL, time.Second)
+	if err := check.Err(); err != nil {
+		return MaintenanceConfig{}, err
 	}
 	return m, nil
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/stagehand-es/stagehand"
 	"github.com/stagehand-es/stagehand/aggregate"
+	"github.com/stagehand-es/stagehand/internal/conf"
 	"github.com/stagehand-es/stagehand/internal/names"
 )
 
@@ -122,28 +123,25 @@ func (c *Config) withDefaults() (Config, error) {
 		return Config{}, &ConfigError{Package: "projection", Field: "Name", Reason: "is required"}
 	}
 	cfg := *c
-	switch {
-	case strings.TrimSpace(cfg.Name) == "":
+	if strings.TrimSpace(cfg.Name) == "" {
 		return cfg, &ConfigError{Package: "projection", Field: "Name", Reason: "is required"}
-	case strings.Contains(cfg.Name, "#"):
-		return cfg, &ConfigError{Package: "projection", Field: "Name",
-			Reason: "must not contain '#' (it separates partition names)"}
-	case names.Identifier(cfg.Name) != "":
-		return cfg, &ConfigError{Package: "projection", Field: "Name", Reason: names.Identifier(cfg.Name)}
-	case names.Text(cfg.Name) != "":
-		return cfg, &ConfigError{Package: "projection", Field: "Name", Reason: names.Text(cfg.Name)}
 	}
+	check := conf.Check{Package: "projection"}
+	check.Text("Name", &cfg.Name, "", func(name string) string {
+		if strings.Contains(name, "#") {
+			return "must not contain '#' (it separates partition names)"
+		}
+		if reason := names.Identifier(name); reason != "" {
+			return reason
+		}
+		return names.Text(name)
+	})
 	if cfg.Schema == "" {
 		cfg.Schema = stagehand.DefaultSchema
 	}
-	switch {
-	case cfg.Partitions == 0:
-		cfg.Partitions = 1
-	case cfg.Partitions < 1 || cfg.Partitions > 256:
-		return cfg, &ConfigError{Package: "projection", Field: "Partitions", Reason: "must be between 1 and 256"}
-	}
+	check.Int("Partitions", &cfg.Partitions, 1, 1, 256)
 	if cfg.OnFailure != Stop && cfg.OnFailure != Park {
-		return cfg, &ConfigError{Package: "projection", Field: "OnFailure", Reason: "must be Stop or Park"}
+		check.Fail("OnFailure", "must be Stop or Park")
 	}
 	if cfg.Clock == nil {
 		cfg.Clock = time.Now
@@ -152,5 +150,5 @@ func (c *Config) withDefaults() (Config, error) {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	// The remaining fields are validated (and defaulted) by the log follower; its errors are translated.
-	return cfg, nil
+	return cfg, check.Err()
 }
