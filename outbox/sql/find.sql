@@ -4,9 +4,10 @@
 -- payload or whole metadata is read.
 
 -- The groups of the dead letters {dead_where} selects ($1 to $9), by error signature: each group's size, first and
--- last death, and the last error of its newest dead letter; the largest groups first, at most $10. The grouping
--- reads the signature index (migration 047), which carries the tenant, the time and the type; the sample reads
--- one row per group through it.
+-- last death, and the last error of its newest dead letter; the largest groups first, at most $10. The signature
+-- index (migration 047) covers the grouping (signature, time, tenant and type): the planner reads it alone (an
+-- index-only scan, the table being written rarely and so all-visible once vacuumed), never a dead letter's
+-- payload; the sample is each group's last index entry.
 -- name: dead_groups
 SELECT g.error_signature, g.error_type, g.n, g.first_at, g.last_at,
     coalesce((SELECT left(last_error, 300) FROM {dead} WHERE {dead_where} AND error_signature = g.error_signature

@@ -11,7 +11,8 @@
 --   error_type, error_signature on both dead-letter tables
 --                       the error's type and its signature (the type and the message with numbers, IDs, hex and
 --                       quoted values replaced), so dead letters group by cause; the index leads with the signature
---                       and carries what a group shows, so grouping reads the index alone.
+--                       and carries what a group counts (time, tenant, type), so grouping reads the index alone,
+--                       and a group's newest dead letter is its last entry.
 --   lookups             dead letters by correlation ID, stream (the aggregate-id header) and partition key. Dead
 --                       letters are few and written rarely; the hot outbox table and the sent ledger gain no index.
 CREATE TABLE message_failures (
@@ -38,10 +39,10 @@ ALTER TABLE outbox_dead_letters ADD COLUMN error_type text NOT NULL DEFAULT 'unk
 ALTER TABLE inbox_dead_letters ADD COLUMN error_type text NOT NULL DEFAULT 'unknown',
     ADD COLUMN error_signature text NOT NULL DEFAULT 'unknown: recorded without a signature';
 
-CREATE INDEX outbox_dead_letters_signature_idx ON outbox_dead_letters (error_signature, tenant_id, dead_at)
-    INCLUDE (error_type);
-CREATE INDEX inbox_dead_letters_signature_idx ON inbox_dead_letters (error_signature, tenant_id, dead_at)
-    INCLUDE (error_type);
+CREATE INDEX outbox_dead_letters_signature_idx ON outbox_dead_letters (error_signature, dead_at)
+    INCLUDE (tenant_id, error_type);
+CREATE INDEX inbox_dead_letters_signature_idx ON inbox_dead_letters (error_signature, dead_at)
+    INCLUDE (tenant_id, error_type);
 
 CREATE INDEX outbox_dead_letters_correlation_idx ON outbox_dead_letters (correlation_id) WHERE correlation_id <> '';
 CREATE INDEX outbox_dead_letters_stream_idx ON outbox_dead_letters ((metadata ->> 'aggregate-id'))
