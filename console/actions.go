@@ -50,6 +50,8 @@ type plan struct {
 	Hidden []hiddenField
 	// Back is the page to return to.
 	Back string
+	// Find are the message IDs the action names, which the page after it links to (find a message).
+	Find []string
 	// details are kept in the audit record.
 	details map[string]any
 	// count counts the items (confirmation); run performs the action and returns how many items it affected.
@@ -204,7 +206,7 @@ func (c *Console) act(w http.ResponseWriter, r *http.Request) error {
 	}
 	c.cfg.Logger.InfoContext(ctx, "console: action", "audit_id", id, "user", user, "action", p.Action,
 		"target", p.Target, "confirmed", expected, "affected", n, "error", errText)
-	http.Redirect(w, r, c.link("/done", "id", strconv.FormatInt(id, 10), "back", p.Back), http.StatusSeeOther)
+	http.Redirect(w, r, c.doneLink(id, p), http.StatusSeeOther)
 	return nil
 }
 
@@ -248,7 +250,8 @@ func (c *Console) plan(form url.Values, bound time.Time) (*plan, error) {
 	return nil, badRequest("unknown action")
 }
 
-// deadPlan plans a redrive or discard of outbox or inbox dead letters: a selection, or everything a filter selects.
+// deadPlan plans a redrive or discard of outbox or inbox dead letters: a selection, or everything a filter selects
+// (a group of one cause is a filter on its signature).
 func (c *Console) deadPlan(form url.Values, source, verb, mode string, bound time.Time) (*plan, error) {
 	if verb != "redrive" && verb != "discard" {
 		return nil, badRequest("unknown action")
@@ -261,65 +264,26 @@ func (c *Console) deadPlan(form url.Values, source, verb, mode string, bound tim
 		return nil, badRequest("the action and the form's source disagree")
 	}
 	p := &plan{Action: source + "." + verb, Verb: strings.ToUpper(verb[:1]) + verb[1:], Bound: bound,
-		Back: c.back(form.Get("back"), c.link("/dead", "source", source)), details: map[string]any{"mode": mode}}
+		Back: c.back(form.Get("back"), c.link("/dead", "source", source)), details: map[string]any{"mode": mode},
+		Noun: source + " dead letters", one: source + " dead letter", Note: deadNotes[p2(source, verb)]}
 	p.Hidden = []hiddenField{{"action", p.Action}, {"mode", mode}}
 	p.Hidden = append(p.Hidden, hiddenFields(f.values())...)
-	p.Noun, p.one = source+" dead letters", source+" dead letter"
-	switch {
-	case source == "outbox" && verb == "redrive":
-		p.Note = "Each goes back into the outbox, due now, with a fresh attempt count; the messages its key held " +
-			"follow it in order."
-	case source == "outbox":
-		p.Note = "Each is deleted for good and releases its key; its ID stays in the sent ledger, so re-staging " +
-			"it publishes nothing."
-	case verb == "redrive":
-		p.Note = "Each is staged again in this outbox for the topic it was consumed from; only its handler " +
-			"handles the copy, under the original message ID."
-	default:
-		p.Note = "Each is deleted for good; the inbox keeps its entry, so redeliveries stay skipped."
-	}
+	var sels []deadSelection
 	switch mode {
 	case "matching":
 		p.Target = f.describe() + ", dead at or before " + bound.UTC().Format(time.RFC3339)
-		scope := c.deadScope(f)
-		if source == "outbox" {
-			opts := f.listOptions(bound)
-			opts.DeadBefore = minTime(opts.DeadBefore, bound)
-			p.count = func(ctx context.Context) (int64, error) { return scope.CountDeadLetters(ctx, opts) }
-			p.run = func(ctx context.Context) (int64, error) {
-				var n int
-				var err error
-				if verb == "redrive" {
-					n, err = scope.RedriveMatching(ctx, opts)
-				} else {
-					n, err = scope.DiscardMatching(ctx, opts)
-				}
-				return int64(n), err
-			}
-		} else {
-			opts := f.inboxOptions(bound)
-			opts.DeadBefore = minTime(opts.DeadBefore, bound)
-			p.count = func(ctx context.Context) (int64, error) { return scope.CountInboxDeadLetters(ctx, opts) }
-			p.run = func(ctx context.Context) (int64, error) {
-				var n int
-				var err error
-				if verb == "redrive" {
-					n, err = scope.RedriveInboxDeadLetters(ctx, outbox.InboxRedriveFilter{Match: &opts})
-				} else {
-					n, err = scope.DiscardInboxDeadLettersMatching(ctx, opts)
-				}
-				return int64(n), err
-			}
-		}
+		sel := deadSelection{scope: c.deadScope(f), out: f.listOptions(bound), in: f.inboxOptions(bound)}
+		sel.out.DeadBefore, sel.in.DeadBefore = minTime(sel.out.DeadBefore, bound), minTime(sel.in.DeadBefore, bound)
+		sels = []deadSelection{sel}
 	case "selected":
-		sel := form["sel"]
-		if len(sel) == 0 {
+		picked := form["sel"]
+		if len(picked) == 0 {
 			return nil, badRequest("select at least one dead letter")
 		}
-		if len(sel) > maxSelection {
+		if len(picked) > maxSelection {
 			return nil, badRequest("a selection holds at most %d dead letters", maxSelection)
 		}
-		groups, err := c.selection(sel, source)
+		groups, err := c.selection(picked, source)
 		if err != nil {
 			return nil, err
 		}
@@ -331,6 +295,10 @@ func (c *Console) deadPlan(form url.Values, source, verb, mode string, bound tim
 			for _, s := range g.sel {
 				p.Hidden = append(p.Hidden, hiddenField{"sel", s})
 			}
+			p.Find = append(p.Find, g.ids...)
+			sels = append(sels, deadSelection{scope: c.outbox.Tenant(g.tenant),
+				out: outbox.ListOptions{IDs: g.ids, DeadBefore: bound},
+				in:  outbox.InboxListOptions{Handler: g.handler, IDs: g.ids, DeadBefore: bound}})
 		}
 		p.Target = fmt.Sprintf("%d selected: %s", len(names), strings.Join(names, ", "))
 		if len(p.Target) > 2000 {
@@ -343,54 +311,73 @@ func (c *Console) deadPlan(form url.Values, source, verb, mode string, bound tim
 			}
 			p.Preview = append(p.Preview, n)
 		}
-		p.count = func(ctx context.Context) (int64, error) {
-			var total int64
-			for _, g := range groups {
-				scope := c.outbox.Tenant(g.tenant)
-				var n int64
-				var err error
-				if source == "outbox" {
-					n, err = scope.CountDeadLetters(ctx, outbox.ListOptions{IDs: g.ids, DeadBefore: bound})
-				} else {
-					n, err = scope.CountInboxDeadLetters(ctx, outbox.InboxListOptions{Handler: g.handler,
-						MessageIDs: g.ids, DeadBefore: bound})
-				}
-				if err != nil {
-					return total, err
-				}
-				total += n
-			}
-			return total, nil
-		}
-		p.run = func(ctx context.Context) (int64, error) {
-			var total int64
-			for _, g := range groups {
-				scope := c.outbox.Tenant(g.tenant)
-				var n int
-				var err error
-				switch {
-				case source == "outbox" && verb == "redrive":
-					n, err = scope.RedriveMatching(ctx, outbox.ListOptions{IDs: g.ids, DeadBefore: bound})
-				case source == "outbox":
-					n, err = scope.DiscardMatching(ctx, outbox.ListOptions{IDs: g.ids, DeadBefore: bound})
-				case verb == "redrive":
-					n, err = scope.RedriveInboxDeadLetters(ctx, outbox.InboxRedriveFilter{Handler: g.handler,
-						MessageIDs: g.ids, Match: &outbox.InboxListOptions{DeadBefore: bound}})
-				default:
-					n, err = scope.DiscardInboxDeadLettersMatching(ctx, outbox.InboxListOptions{Handler: g.handler,
-						MessageIDs: g.ids, DeadBefore: bound})
-				}
-				total += int64(n)
-				if err != nil {
-					return total, err
-				}
-			}
-			return total, nil
-		}
 	default:
 		return nil, badRequest("mode must be selected or matching")
 	}
+	p.count = func(ctx context.Context) (int64, error) {
+		var total int64
+		for _, s := range sels {
+			n, err := s.count(ctx, source)
+			total += n
+			if err != nil {
+				return total, err
+			}
+		}
+		return total, nil
+	}
+	p.run = func(ctx context.Context) (int64, error) {
+		var total int64
+		for _, s := range sels {
+			n, err := s.act(ctx, source, verb)
+			total += int64(n)
+			if err != nil {
+				return total, err
+			}
+		}
+		return total, nil
+	}
 	return p, nil
+}
+
+// p2 joins a source and a verb.
+func p2(source, verb string) string { return source + "." + verb }
+
+// deadNotes say what each dead-letter action does.
+var deadNotes = map[string]string{
+	"outbox.redrive": "Each goes back into the outbox, due now, with a fresh attempt count; the messages its key " +
+		"held follow it in order.",
+	"outbox.discard": "Each is deleted for good and releases its key; its ID stays in the sent ledger, so " +
+		"re-staging it publishes nothing.",
+	"inbox.redrive": "Each is staged again in this outbox for the topic it was consumed from; only its handler " +
+		"handles the copy, under the original message ID.",
+	"inbox.discard": "Each is deleted for good; the inbox keeps its entry, so redeliveries stay skipped.",
+}
+
+// deadSelection is the dead letters of one scope an action acts on: the outbox's by out, the inbox's by in. The
+// outbox and the inbox offer the same verbs, so counting and acting is a choice of method, not of shape.
+type deadSelection struct {
+	scope *outbox.Admin
+	out   outbox.ListOptions
+	in    outbox.InboxListOptions
+}
+
+func (s deadSelection) count(ctx context.Context, source string) (int64, error) {
+	if source == "outbox" {
+		return s.scope.CountDeadLetters(ctx, s.out)
+	}
+	return s.scope.CountInboxDeadLetters(ctx, s.in)
+}
+
+func (s deadSelection) act(ctx context.Context, source, verb string) (int, error) {
+	switch p2(source, verb) {
+	case "outbox.redrive":
+		return s.scope.RedriveMatching(ctx, s.out)
+	case "outbox.discard":
+		return s.scope.DiscardMatching(ctx, s.out)
+	case "inbox.redrive":
+		return s.scope.RedriveInboxMatching(ctx, s.in)
+	}
+	return s.scope.DiscardInboxMatching(ctx, s.in)
 }
 
 func minTime(a, b time.Time) time.Time {

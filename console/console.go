@@ -201,6 +201,8 @@ func (c *Console) routes() {
 	get("/outbox/key", c.keyPage)
 	get("/dead", c.deadPage)
 	get("/dead/message", c.deadMessagePage)
+	get("/dead/groups", c.groupsPage)
+	get("/find", c.findPage)
 	get("/projections", c.followersPage)
 	get("/projection", c.projectionPage)
 	get("/events", c.eventsPage)

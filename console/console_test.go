@@ -163,7 +163,8 @@ func TestInputsAreValidated(t *testing.T) {
 		"/outbox?by=planet", "/outbox?held=bad", "/outbox?scheduled=bad", "/outbox/key?tenant=acme", "/outbox/key?tenant=acme&key=k&after=-3",
 		"/events?position=abc", "/events?position=0", "/events?before=-1", "/events?stream=" + long,
 		"/events?stream=a%0Ab", "/projection", "/projection?name=%FF", "/audit?before=x", "/done?id=x",
-		"/projections?after=bad",
+		"/projections?after=bad", "/find?by=planet&q=x", "/find?q=" + long, "/find?q=x&tenant=%00",
+		"/dead/groups?source=planet", "/dead/groups?signature=" + long, "/dead?signature=%FF",
 	} {
 		code, page := w.get(p)
 		require.Equal(t, http.StatusBadRequest, code, "GET %s: %s", p, page)
@@ -183,7 +184,8 @@ func TestPagesAreFast(t *testing.T) {
 	w.seed()
 	w.page("/") // the first sample
 	for _, p := range []string{"/", "/outbox", "/dead", "/dead?source=inbox", "/projections", "/events",
-		"/events?stream=order-1&tenant=acme", "/audit"} {
+		"/events?stream=order-1&tenant=acme", "/audit", "/dead/groups", "/find?q=acme-1",
+		"/find?q=order-1&tenant=acme"} {
 		start := time.Now()
 		w.page(p)
 		require.Less(t, time.Since(start), time.Second, p)

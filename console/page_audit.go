@@ -85,6 +85,8 @@ func (c *Console) auditPage(w http.ResponseWriter, r *http.Request) error {
 type donePage struct {
 	E    auditView
 	Back string
+	// Find links to the find page of each message the action named (the first few).
+	Find []findLink
 }
 
 // donePage shows the record of one action: where an action's form leads once it ran.
@@ -105,6 +107,7 @@ func (c *Console) donePage(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	c.render(w, r, http.StatusOK, "done", "Done", donePage{E: c.auditView(e), Back: c.back(q.Get("back"), c.link("/audit"))})
+	p := donePage{E: c.auditView(e), Back: c.back(q.Get("back"), c.link("/audit")), Find: c.findLinks(q["find"])}
+	c.render(w, r, http.StatusOK, "done", "Done", p)
 	return nil
 }

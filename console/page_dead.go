@@ -18,9 +18,10 @@ type deadFilter struct {
 	// Tenant narrows an estate-wide console to one tenant (HasTenant); a tenant's console is always its own.
 	Tenant    string
 	HasTenant bool
-	// Topic, Type, Error (a substring of the last error), Handler (inbox) and ID select; Older and Newer are ages.
-	Topic, Type, Error, Handler, ID string
-	Older, Newer                    string
+	// Topic, Type, Error (a substring of the last error), Handler (inbox), ID and Signature (the last error's
+	// signature: a group of one cause) select; Older and Newer are ages.
+	Topic, Type, Error, Handler, ID, Signature string
+	Older, Newer                               string
 	// Newest orders the list newest first (the default); false is oldest first.
 	Newest bool
 
@@ -45,7 +46,7 @@ func (c *Console) parseDeadFilter(get func(string) string) (deadFilter, error) {
 		name string
 		dst  *string
 	}{{"topic", &f.Topic}, {"type", &f.Type}, {"error", &f.Error}, {"handler", &f.Handler}, {"id", &f.ID},
-		{"older", &f.Older}, {"newer", &f.Newer}} {
+		{"signature", &f.Signature}, {"older", &f.Older}, {"newer", &f.Newer}} {
 		if *field.dst, err = textParam(field.name, get(field.name), maxParam); err != nil {
 			return f, err
 		}
@@ -86,6 +87,7 @@ func (f deadFilter) values() url.Values {
 	set("error", f.Error)
 	set("handler", f.Handler)
 	set("id", f.ID)
+	set("signature", f.Signature)
 	set("older", f.Older)
 	set("newer", f.Newer)
 	if f.HasTenant {
@@ -119,6 +121,7 @@ func (f deadFilter) describe() string {
 	add("handler", f.Handler)
 	add("message ID", f.ID)
 	add("error contains", f.Error)
+	add("error signature", f.Signature)
 	add("dead for more than", f.Older)
 	add("dead for less than", f.Newer)
 	if s == "" {
@@ -137,7 +140,8 @@ func (c *Console) deadScope(f deadFilter) *outbox.Admin {
 
 // listOptions is the outbox filter at now.
 func (f deadFilter) listOptions(now time.Time) outbox.ListOptions {
-	o := outbox.ListOptions{Topic: f.Topic, Type: f.Type, ErrorContains: f.Error, ID: f.ID, NewestFirst: f.Newest}
+	o := outbox.ListOptions{Topic: f.Topic, Type: f.Type, ErrorContains: f.Error, ID: f.ID, Signature: f.Signature,
+		NewestFirst: f.Newest}
 	if f.older > 0 {
 		o.DeadBefore = now.Add(-f.older)
 	}
@@ -149,11 +153,8 @@ func (f deadFilter) listOptions(now time.Time) outbox.ListOptions {
 
 // inboxOptions is the inbox filter at now.
 func (f deadFilter) inboxOptions(now time.Time) outbox.InboxListOptions {
-	o := outbox.InboxListOptions{Topic: f.Topic, MessageType: f.Type, ErrorContains: f.Error, Handler: f.Handler,
-		NewestFirst: f.Newest}
-	if f.ID != "" {
-		o.MessageIDs = []string{f.ID}
-	}
+	o := outbox.InboxListOptions{Topic: f.Topic, Type: f.Type, ErrorContains: f.Error, Handler: f.Handler, ID: f.ID,
+		Signature: f.Signature, NewestFirst: f.Newest}
 	if f.older > 0 {
 		o.DeadBefore = now.Add(-f.older)
 	}
@@ -164,7 +165,9 @@ func (f deadFilter) inboxOptions(now time.Time) outbox.InboxListOptions {
 }
 
 type deadPage struct {
-	F        deadFilter
+	F deadFilter
+	// Groups is the same filter's page of groups by cause.
+	Groups   string
 	Sources  []tab
 	Outbox   bool
 	Rows     []deadRow
@@ -219,6 +222,7 @@ func (c *Console) deadPage(w http.ResponseWriter, r *http.Request) error {
 	p := deadPage{F: f, Outbox: f.Source == "outbox", Describe: f.describe(), Hidden: hiddenFields(vals),
 		Clear: c.link("/dead", "source", f.Source)}
 	p.Back = c.cfg.Prefix + "/dead?" + vals.Encode()
+	p.Groups = c.cfg.Prefix + "/dead/groups?" + vals.Encode()
 	for _, s := range []string{"outbox", "inbox"} {
 		p.Sources = append(p.Sources, tab{Name: s, Link: c.link("/dead", "source", s), Current: s == f.Source})
 	}
@@ -312,8 +316,12 @@ type messagePage struct {
 	HoldsKey                                           bool
 	CreatedAt, DeadAt, ScheduledAt                     time.Time
 	Age                                                time.Duration
-	// Sel is the message's value in an action's selection; Back the list to return to.
-	Sel, Back          string
+	// Sel is the message's value in an action's selection; Back the list to return to; Find its find page
+	// (every place it is, its failure history).
+	Sel, Back, Find string
+	// Signature is the last error's signature; Group lists the dead letters of that cause.
+	Signature          clipped
+	Group              string
 	EventLink, KeyLink string
 }
 
@@ -359,6 +367,8 @@ func (c *Console) deadMessagePage(w http.ResponseWriter, r *http.Request) error 
 		p.Metadata = showMetadata(d.Metadata, limit)
 		p.Attempts, p.Sequence, p.SourcePosition, p.HoldsKey = d.Attempts, d.Sequence, d.SourcePosition, d.HoldsKey
 		p.CreatedAt, p.DeadAt, p.ScheduledAt = d.CreatedAt, d.DeadAt, d.ScheduledAt
+		p.Signature = clip(d.ErrorSignature, 300)
+		p.Group = c.link("/dead", "source", "outbox", "signature", d.ErrorSignature)
 		p.Sel = encodeCursor([]string{d.Tenant, d.ID})
 		if d.SourcePosition > 0 {
 			p.EventLink = c.link("/events", "position", strconv.FormatInt(d.SourcePosition, 10))
@@ -370,8 +380,8 @@ func (c *Console) deadMessagePage(w http.ResponseWriter, r *http.Request) error 
 		if f.Handler == "" {
 			return badRequest("handler is required for an inbox dead letter")
 		}
-		dls, err := scope.InboxDeadLetters(ctx, outbox.InboxListOptions{Handler: f.Handler,
-			MessageIDs: []string{f.ID}, Limit: 1, PayloadLimit: limit})
+		dls, err := scope.InboxDeadLetters(ctx, outbox.InboxListOptions{Handler: f.Handler, ID: f.ID, Limit: 1,
+			PayloadLimit: limit})
 		if err != nil {
 			return err
 		}
@@ -387,11 +397,14 @@ func (c *Console) deadMessagePage(w http.ResponseWriter, r *http.Request) error 
 		p.Payload = showPayload(d.Payload, d.PayloadSize, limit)
 		p.Metadata = showMetadata(d.Metadata, limit)
 		p.Attempts, p.DeadAt = d.Attempts, d.DeadAt
+		p.Signature = clip(d.ErrorSignature, 300)
+		p.Group = c.link("/dead", "source", "inbox", "signature", d.ErrorSignature)
 		p.Corr = clip(d.Metadata[stagehand.HeaderCorrelationID], 1024)
 		p.Cause = clip(d.Metadata[stagehand.HeaderCausationID], 1024)
 		p.Sel = encodeCursor([]string{d.Tenant, d.Handler, d.MessageID})
 	}
 	p.Age = max(now.Sub(p.DeadAt), 0)
+	p.Find = c.link("/find", "q", f.ID, "by", "id", "tenant", c.estateTenant(tenant))
 	c.render(w, r, http.StatusOK, "message", "Dead letter", p)
 	return nil
 }

@@ -14,7 +14,7 @@ import (
 
 // pageNames are the page templates; each is parsed with the layout and the shared partials.
 var pageNames = []string{"overview", "outbox", "key", "dead", "message", "projections", "projection", "events",
-	"audit", "done", "confirm", "error"}
+	"audit", "done", "confirm", "error", "find", "groups"}
 
 // funcs are the templates' helpers. None returns template.HTML: stored data is only ever text.
 var funcs = template.FuncMap{

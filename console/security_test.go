@@ -58,6 +58,8 @@ func TestHostileDataIsShownEscapedAndCut(t *testing.T) {
 		"/events", "/events?" + q("stream", `<svg onload=alert(2)>`, "tenant", evil),
 		"/events?position=1", "/outbox/key?" + q("tenant", evil, "key", "k"+script),
 		"/dead?" + q("error", img),
+		"/dead/groups", "/dead/groups?source=inbox", "/find?" + q("q", "m-"+img), "/find?" + q("q", "in-"+img),
+		"/find?" + q("q", "k"+script, "by", "key"), "/find?" + q("q", "huge", "tenant", evil),
 	}
 	for _, p := range pages {
 		// The filter forms give back what was asked for, as it was typed (escaped by html/template): that is
@@ -92,7 +94,8 @@ func TestReadOnlyConsoleOffersAndTakesNoAction(t *testing.T) {
 	})
 	w.seed()
 	for _, p := range []string{"/", "/outbox", "/dead", "/dead?source=inbox", "/projections",
-		"/dead/message?source=outbox&tenant=acme&id=acme-1&topic=orders", "/events?stream=order-1&tenant=acme"} {
+		"/dead/message?source=outbox&tenant=acme&id=acme-1&topic=orders", "/events?stream=order-1&tenant=acme",
+		"/dead/groups", "/dead/groups?source=inbox", "/find?q=acme-1"} {
 		page := w.page(p, "Authorization", basic("ops", "secret"))
 		require.NotContains(t, page, `method="post"`, "GET %s offers a form that acts", p)
 		require.NotContains(t, page, `name="csrf"`, p)

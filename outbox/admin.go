@@ -124,6 +124,9 @@ type DeadLetter struct {
 	CreatedAt, DeadAt time.Time
 	// PayloadSize is the stored payload's size in bytes: len(Payload), unless ListOptions.PayloadLimit cut it.
 	PayloadSize int
+	// ErrorType and ErrorSignature classify the last error (see ErrorType and ErrorSignature; "unknown" for a dead
+	// letter recorded without them): DeadLetterGroups groups by the signature.
+	ErrorType, ErrorSignature string
 }
 
 // ListOptions selects and pages through dead letters, oldest first unless NewestFirst. Its filters also select
@@ -145,6 +148,9 @@ type ListOptions struct {
 	// ErrorContains keeps only the dead letters whose last error contains this text, ignoring case (a plain
 	// substring: no pattern characters). Default: all.
 	ErrorContains string
+	// Signature keeps only the dead letters whose last error has this signature (DeadLetter.ErrorSignature, a
+	// DeadLetterGroup's Signature): a group of dead letters with one cause. Default: all.
+	Signature string
 	// DeadAfter keeps only the dead letters dead-lettered after this instant, and DeadBefore those dead-lettered at
 	// or before it. Default zero: no bound.
 	DeadAfter, DeadBefore time.Time
@@ -157,10 +163,11 @@ type ListOptions struct {
 	After *DeadLetter
 }
 
-// filter returns the arguments of the dead_where fragment ($1 to $8) for the scope and the options.
+// filter returns the arguments of the dead_where fragment ($1 to $9) for the scope and the options.
 func (a *Admin) filter(opts ListOptions) []any {
 	return []any{a.tenant, nonEmpty(opts.Topic), nonEmpty(opts.ID), opts.IDs, nonEmpty(opts.Type),
-		containsPattern(opts.ErrorContains), nonZero(opts.DeadAfter), nonZero(opts.DeadBefore)}
+		containsPattern(opts.ErrorContains), nonZero(opts.DeadAfter), nonZero(opts.DeadBefore),
+		nonEmpty(opts.Signature)}
 }
 
 // nonEmpty is nil for "" (a filter argument that does not filter).
@@ -274,7 +281,7 @@ func scanDeadLetter(r pgx.CollectableRow) (DeadLetter, error) {
 	)
 	err := r.Scan(&dl.ID, &dl.Tenant, &dl.Type, &dl.Topic, &dl.Payload, (*jsonmeta.Map)(&dl.Metadata), &dl.CorrelationID,
 		&dl.CausationID, &dl.PartitionKey, &seq, &pos, &scheduled, &dl.Attempts, &dl.LastError, &dl.HoldsKey,
-		&dl.CreatedAt, &dl.DeadAt, &dl.PayloadSize)
+		&dl.CreatedAt, &dl.DeadAt, &dl.PayloadSize, &dl.ErrorType, &dl.ErrorSignature)
 	if seq != nil {
 		dl.Sequence = *seq
 	}
@@ -291,7 +298,7 @@ func scanDeadLetter(r pgx.CollectableRow) (DeadLetter, error) {
 // dead-lettered, already redriven or discarded, or another tenant's. The operation still acted on every other ID.
 // It matches ErrNotFound with errors.Is; use errors.As to read the IDs.
 type UnknownIDsError struct {
-	// Op is the operation: "redrive" or "discard".
+	// Op is the operation: "redrive", "discard", "inbox redrive" or "inbox discard".
 	Op string
 	// IDs are the unknown message IDs, sorted, each once.
 	IDs []string
@@ -335,27 +342,16 @@ func (a *Admin) Discard(ctx context.Context, ids ...string) (int, error) {
 
 // move runs a redrive or discard by IDs and reports the requested IDs that matched no dead letter of the scope.
 func (a *Admin) move(ctx context.Context, op, query string, ids []string, release bool) (int, error) {
-	ids = slices.Compact(slices.Sorted(slices.Values(ids)))
-	if len(ids) == 0 {
-		return 0, nil
-	}
-	n, moved, err := a.moveDead(ctx, query, release, func(now time.Time) []any { return []any{ids, a.tenant, now} })
-	if err != nil {
-		return 0, fmt.Errorf("outbox: %s: %w", op, err)
-	}
-	if n > 0 {
-		a.o.Notify()
-	}
-	var unknown []string
-	for _, id := range ids {
-		if _, ok := moved[id]; !ok {
-			unknown = append(unknown, id)
+	return a.byIDs(op, ids, func(ids []string) (int, map[string]struct{}, error) {
+		n, moved, err := a.moveDead(ctx, query, release, func(now time.Time) []any { return []any{ids, a.tenant, now} })
+		if err != nil {
+			return 0, nil, fmt.Errorf("outbox: %s: %w", op, err)
 		}
-	}
-	if len(unknown) > 0 {
-		return n, &UnknownIDsError{Op: op, IDs: unknown, Requested: len(ids)}
-	}
-	return n, nil
+		if n > 0 {
+			a.o.Notify()
+		}
+		return n, moved, nil
+	})
 }
 
 // matchBatch is how many dead letters one transaction of RedriveMatching or DiscardMatching moves.
@@ -589,25 +585,35 @@ type InboxDeadLetter struct {
 	DeadAt    time.Time
 	// PayloadSize is the stored payload's size in bytes: len(Payload), unless InboxListOptions.PayloadLimit cut it.
 	PayloadSize int
+	// ErrorType and ErrorSignature classify the last error (see ErrorType and ErrorSignature; "unknown" for a dead
+	// letter recorded without them): InboxDeadLetterGroups groups by the signature.
+	ErrorType, ErrorSignature string
 }
 
-// InboxListOptions selects and pages through inbox dead letters, oldest first unless NewestFirst. Its filters also
-// select what CountInboxDeadLetters counts and DiscardInboxDeadLettersMatching deletes; every filter left at its
-// zero value selects everything.
+// InboxListOptions selects and pages through inbox dead letters, oldest first unless NewestFirst, as ListOptions
+// does the outbox's. Its filters also select what CountInboxDeadLetters counts, InboxDeadLetterGroups groups and
+// RedriveInboxMatching and DiscardInboxMatching move; every filter left at its zero value selects everything.
 type InboxListOptions struct {
 	// Limit caps the page. Default 100.
 	Limit int
 	// Handler keeps only one handler's dead letters. Default: all.
 	Handler string
-	// MessageIDs keeps only these message IDs. Default nil: all; an empty slice that is not nil selects none.
-	MessageIDs []string
+	// ID keeps only the dead letters with this message ID (one per handler that dead-lettered it, and
+	// estate-wide per tenant). Default: all.
+	ID string
+	// IDs keeps only the dead letters with one of these message IDs. Default nil: all; an empty slice that is not
+	// nil selects none.
+	IDs []string
 	// Topic keeps only the dead letters of messages consumed from this topic. Default: all.
 	Topic string
-	// MessageType keeps only the dead letters of one message type. Default: all.
-	MessageType string
+	// Type keeps only the dead letters of one message type. Default: all.
+	Type string
 	// ErrorContains keeps only the dead letters whose last error contains this text, ignoring case (a plain
 	// substring). Default: all.
 	ErrorContains string
+	// Signature keeps only the dead letters whose last error has this signature (InboxDeadLetter.ErrorSignature,
+	// a DeadLetterGroup's Signature). Default: all.
+	Signature string
 	// DeadAfter keeps only the dead letters dead-lettered after this instant, and DeadBefore those dead-lettered at
 	// or before it. Default zero: no bound.
 	DeadAfter, DeadBefore time.Time
@@ -618,13 +624,25 @@ type InboxListOptions struct {
 	PayloadLimit int
 	// After continues after the last item of the previous page.
 	After *InboxDeadLetter
+	// RedriveTopic is the topic a redrive stages copies for when a dead letter has none recorded (a handler run
+	// outside a Watermill router); only RedriveInboxMatching reads it. Default "": a dead letter with no topic
+	// fails the redrive.
+	RedriveTopic string
 }
 
-// inboxFilter returns the arguments of the inbox_dead_where fragment ($1 to $8) for the scope and the options.
+// inboxFilter returns the arguments of the inbox_dead_where fragment ($1 to $9) for the scope and the options.
 func (a *Admin) inboxFilter(opts InboxListOptions) []any {
-	return []any{a.tenant, nonEmpty(opts.Handler), opts.MessageIDs, nonEmpty(opts.Topic),
-		nonEmpty(opts.MessageType), containsPattern(opts.ErrorContains), nonZero(opts.DeadAfter),
-		nonZero(opts.DeadBefore)}
+	ids := opts.IDs
+	if opts.ID != "" {
+		if ids == nil || slices.Contains(ids, opts.ID) {
+			ids = []string{opts.ID}
+		} else {
+			ids = []string{}
+		}
+	}
+	return []any{a.tenant, nonEmpty(opts.Handler), ids, nonEmpty(opts.Topic), nonEmpty(opts.Type),
+		containsPattern(opts.ErrorContains), nonZero(opts.DeadAfter), nonZero(opts.DeadBefore),
+		nonEmpty(opts.Signature)}
 }
 
 // InboxDeadLetters lists the inbox dead letters of the scope that opts selects, oldest first (newest first with
@@ -668,44 +686,75 @@ func (a *Admin) CountInboxDeadLetters(ctx context.Context, opts InboxListOptions
 	return n, nil
 }
 
-// DiscardInboxDeadLettersMatching deletes, as DiscardInboxDeadLetter does, every inbox dead letter of the scope
-// that opts selects and that was dead-lettered at or before the call (Limit, After and order do not matter), in
-// transactions of a few hundred, and returns how many it deleted; after an error, the count is what earlier
-// transactions deleted.
-func (a *Admin) DiscardInboxDeadLettersMatching(ctx context.Context, opts InboxListOptions) (int, error) {
+// DiscardInbox deletes the inbox dead letters of the scope with the given message IDs (of every handler that
+// dead-lettered them) for good, and returns how many it deleted. The inbox entries stay, so redeliveries of the
+// messages are still skipped until cleanup. Unknown IDs are reported as by Redrive: the known ones are discarded
+// and the error is an *UnknownIDsError naming the others.
+func (a *Admin) DiscardInbox(ctx context.Context, ids ...string) (int, error) {
 	if err := a.valid(); err != nil {
 		return 0, err
 	}
+	return a.byIDs("inbox discard", ids, func(ids []string) (int, map[string]struct{}, error) {
+		return a.discardInbox(ctx, InboxListOptions{IDs: ids})
+	})
+}
+
+// DiscardInboxMatching deletes, as DiscardInbox does, every inbox dead letter of the scope that opts selects and
+// that was dead-lettered at or before the call (Limit, After and order do not matter), in transactions of a few
+// hundred, and returns how many it deleted; after an error, the count is what earlier transactions deleted.
+func (a *Admin) DiscardInboxMatching(ctx context.Context, opts InboxListOptions) (int, error) {
+	if err := a.valid(); err != nil {
+		return 0, err
+	}
+	n, _, err := a.discardInbox(ctx, opts)
+	return n, err
+}
+
+func (a *Admin) discardInbox(ctx context.Context, opts InboxListOptions) (int, map[string]struct{}, error) {
 	if now := a.o.now(); opts.DeadBefore.IsZero() || opts.DeadBefore.After(now) {
 		opts.DeadBefore = now
 	}
 	args := append(a.inboxFilter(opts), matchBatch)
-	total := 0
+	total, moved := 0, map[string]struct{}{}
 	for {
-		tag, err := a.o.pool.Exec(ctx, a.o.q.inboxDiscardWhere, args...)
-		if err != nil {
-			return total, fmt.Errorf("outbox: discard inbox dead letters (after %d discarded): %w", total, err)
+		rows, err := a.o.pool.Query(ctx, a.o.q.inboxDiscardWhere, args...)
+		var ids []string
+		if err == nil {
+			ids, err = pgx.CollectRows(rows, pgx.RowTo[string])
 		}
-		total += int(tag.RowsAffected())
-		if tag.RowsAffected() < matchBatch {
-			return total, nil
+		if err != nil {
+			return total, moved, fmt.Errorf("outbox: discard inbox dead letters (after %d discarded): %w", total, err)
+		}
+		total += len(ids)
+		for _, id := range ids {
+			moved[id] = struct{}{}
+		}
+		if len(ids) < matchBatch {
+			return total, moved, nil
 		}
 	}
 }
 
-// DiscardInboxDeadLetter deletes the inbox dead letter of the scope for (handler, messageID): the scope tenant's,
-// or estate-wide every tenant's with that message ID. The inbox entry stays, so redeliveries of the message are
-// still skipped until cleanup. It returns ErrNotFound when there is no such dead letter.
-func (a *Admin) DiscardInboxDeadLetter(ctx context.Context, handler, messageID string) error {
-	if err := a.valid(); err != nil {
-		return err
+// byIDs runs an operation on the dead letters with the given IDs (sorted, each once) and reports the IDs it found
+// no dead letter for as an *UnknownIDsError.
+func (a *Admin) byIDs(op string, ids []string, run func(ids []string) (int, map[string]struct{}, error)) (int,
+	error) {
+	ids = slices.Compact(slices.Sorted(slices.Values(ids)))
+	if len(ids) == 0 {
+		return 0, nil
 	}
-	tag, err := a.o.pool.Exec(ctx, a.o.q.inboxRemoveDead, messageID, handler, a.tenant)
+	n, moved, err := run(ids)
 	if err != nil {
-		return fmt.Errorf("outbox: discard inbox dead letter: %w", err)
+		return n, err
 	}
-	if tag.RowsAffected() == 0 {
-		return fmt.Errorf("outbox: inbox dead letter %q/%q: %w", handler, messageID, ErrNotFound)
+	var unknown []string
+	for _, id := range ids {
+		if _, ok := moved[id]; !ok {
+			unknown = append(unknown, id)
+		}
 	}
-	return nil
+	if len(unknown) > 0 {
+		return n, &UnknownIDsError{Op: op, IDs: unknown, Requested: len(ids)}
+	}
+	return n, nil
 }

@@ -264,10 +264,10 @@ func TestInboxDeadLetterFiltersCountAndMatchingActions(t *testing.T) {
 	require.Equal(t, []string{"ledger/m1", "ledger/m2"}, list(outbox.InboxListOptions{ErrorContains: "ledger is down"}))
 	require.Equal(t, []string{"audit/m3", "audit/m1"}, list(outbox.InboxListOptions{Handler: "audit",
 		NewestFirst: true}))
-	require.Equal(t, []string{"ledger/m2"}, list(outbox.InboxListOptions{MessageType: "debit"}))
+	require.Equal(t, []string{"ledger/m2"}, list(outbox.InboxListOptions{Type: "debit"}))
 	require.Equal(t, []string{"audit/m3"}, list(outbox.InboxListOptions{Topic: "bank"}))
 	require.Equal(t, []string{"audit/m1", "audit/m3"}, list(outbox.InboxListOptions{DeadAfter: later.Add(-time.Second)}))
-	require.Equal(t, []string{"ledger/m1", "audit/m1"}, list(outbox.InboxListOptions{MessageIDs: []string{"m1"}}))
+	require.Equal(t, []string{"ledger/m1", "audit/m1"}, list(outbox.InboxListOptions{IDs: []string{"m1"}}))
 	page, err := all.InboxDeadLetters(ctx, outbox.InboxListOptions{PayloadLimit: 4, Limit: 1})
 	require.NoError(t, err)
 	require.Equal(t, "payl", string(page[0].Payload))
@@ -276,22 +276,21 @@ func TestInboxDeadLetterFiltersCountAndMatchingActions(t *testing.T) {
 		"the next page continues after the last row")
 
 	// Redrive by a match: the ledger's two, copies staged in the outbox; the audit's stay.
-	n, err := all.RedriveInboxDeadLetters(ctx, outbox.InboxRedriveFilter{Topic: "bank",
-		Match: &outbox.InboxListOptions{ErrorContains: "ledger is down"}})
+	n, err := all.RedriveInboxMatching(ctx, outbox.InboxListOptions{RedriveTopic: "bank",
+		ErrorContains: "ledger is down"})
 	require.NoError(t, err)
 	require.Equal(t, 2, n)
 	require.EqualValues(t, 2, e.count("outbox"))
 	require.Equal(t, []string{"audit/m1", "audit/m3"}, list(outbox.InboxListOptions{}))
-	// A handler given twice, differently, selects nothing.
-	n, err = all.RedriveInboxDeadLetters(ctx, outbox.InboxRedriveFilter{Handler: "audit",
-		Match: &outbox.InboxListOptions{Handler: "ledger"}})
+	// An ID and IDs without it select nothing.
+	n, err = all.RedriveInboxMatching(ctx, outbox.InboxListOptions{ID: "m1", IDs: []string{"m3"}})
 	require.NoError(t, err)
 	require.Zero(t, n)
 
-	n, err = e.ob.Tenant("globex").DiscardInboxDeadLettersMatching(ctx, outbox.InboxListOptions{})
+	n, err = e.ob.Tenant("globex").DiscardInboxMatching(ctx, outbox.InboxListOptions{})
 	require.NoError(t, err)
 	require.Zero(t, n, "another tenant's scope touches nothing")
-	n, err = all.DiscardInboxDeadLettersMatching(ctx, outbox.InboxListOptions{Topic: "bank"})
+	n, err = all.DiscardInboxMatching(ctx, outbox.InboxListOptions{Topic: "bank"})
 	require.NoError(t, err)
 	require.Equal(t, 1, n)
 	require.Equal(t, []string{"audit/m1"}, list(outbox.InboxListOptions{}))

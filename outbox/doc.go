@@ -119,8 +119,9 @@
 // produces nothing still constructs an Outbox: it is a handle on the schema (no relay runs unless one is made) from which
 // NewInbox takes its pool, tables and settings.
 //
-// Inbox dead letters are listed, shown, redriven and discarded through Admin (InboxDeadLetters, InboxDeadLetter,
-// RedriveInboxDeadLetter(s), DiscardInboxDeadLetter) and the CLI. A redrive stages a copy of the message in this
+// Inbox dead letters are listed, shown, redriven and discarded through Admin with the outbox dead letters' verbs
+// (InboxDeadLetters, InboxDeadLetter, InboxDeadLetterGroups, RedriveInbox, DiscardInbox, RedriveInboxMatching,
+// DiscardInboxMatching) and the CLI. A redrive stages a copy of the message in this
 // outbox that only its handler handles, under the original message ID, so effects still apply once.
 //
 // Every inbox-wrapped run is a stagehand.inbox.handle span (kind consumer; handler, message ID and type, tenant,

@@ -425,7 +425,14 @@ func (i *Inbox) failed(ctx context.Context, name, tenant, msgType string, msg *m
 		}
 		return failure{countErr: err}
 	}
+	rec := recordFailure(cause)
 	if !errors.Is(cause, ErrPermanent) && attempts < i.maxAttempts {
+		b := &pgx.Batch{}
+		i.o.queueFailure(b, "inbox", msg.UUID, name, tenant, attempts, rec, now)
+		if err := i.o.pool.SendBatch(ctx, b).Close(); err != nil {
+			i.logger.Debug("stagehand: inbox could not record a failure in the history", "handler", name,
+				"message_id", msg.UUID, "error", err)
+		}
 		return failure{attempts: attempts}
 	}
 	meta := jsonmeta.Encode(msg.Metadata)
@@ -437,8 +444,9 @@ func (i *Inbox) failed(ctx context.Context, name, tenant, msgType string, msg *m
 	err := pgx.BeginFunc(ctx, i.o.pool, func(tx pgx.Tx) error {
 		b := &pgx.Batch{}
 		b.Queue(i.o.q.inboxDeadLetter, msg.UUID, name, tenant, msgType, topic, payload, meta, attempts,
-			truncateError(cause), now)
+			truncateError(cause), now, rec.typ, rec.signature)
 		b.Queue(i.o.q.inboxMarkDead, msg.UUID, name, tenant, msgType, now)
+		i.o.queueFailure(b, "inbox", msg.UUID, name, tenant, attempts, rec, now)
 		b.Queue(i.o.q.inboxClearAttempts, msg.UUID, name, tenant)
 		return tx.SendBatch(ctx, b).Close()
 	})

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/google/uuid"
@@ -14,7 +13,7 @@ import (
 	"github.com/stagehand-es/stagehand/internal/jsonmeta"
 )
 
-// Metadata of a redriven inbox dead letter (see Admin.RedriveInboxDeadLetters).
+// Metadata of a redriven inbox dead letter (see Admin.RedriveInboxMatching).
 const (
 	// HeaderInboxRedriveOf carries the ID of the dead-lettered message a redriven copy stands for: the inbox
 	// handles the copy under that ID, so its effects still apply once per (tenant, message ID, handler).
@@ -51,94 +50,58 @@ func (a *Admin) InboxDeadLetter(ctx context.Context, handler, messageID string) 
 func scanInboxDeadLetter(r pgx.CollectableRow) (InboxDeadLetter, error) {
 	var d InboxDeadLetter
 	err := r.Scan(&d.MessageID, &d.Handler, &d.Tenant, &d.MessageType, &d.Topic, &d.Payload,
-		(*jsonmeta.Map)(&d.Metadata), &d.Attempts, &d.LastError, &d.DeadAt, &d.PayloadSize)
+		(*jsonmeta.Map)(&d.Metadata), &d.Attempts, &d.LastError, &d.DeadAt, &d.PayloadSize, &d.ErrorType,
+		&d.ErrorSignature)
 	d.DeadAt = d.DeadAt.UTC()
 	return d, err
 }
 
-// InboxRedriveFilter selects the inbox dead letters of a redrive. The zero value selects every dead letter of the
-// scope.
-type InboxRedriveFilter struct {
-	// Handler keeps only one handler's dead letters. Default: every handler.
-	Handler string
-	// MessageIDs keeps only these message IDs. Default: every message.
-	MessageIDs []string
-	// Topic is the topic the copies are staged for when a dead letter has none recorded (a handler run outside
-	// a Watermill router). Default: each dead letter's own topic; a dead letter with none fails the redrive.
-	Topic string
-	// Match selects further, as it selects a listing (InboxListOptions: topic consumed from, message type, error
-	// text, time of death; its Handler and MessageIDs add to this filter's, and its Limit, After, order and
-	// PayloadLimit do not matter). A redrive by Match moves only the dead letters dead-lettered at or before the
-	// call. Default nil: no further selection.
-	Match *InboxListOptions
-}
-
-// RedriveInboxDeadLetter redrives the inbox dead letter of the scope for (handler, messageID); see
-// RedriveInboxDeadLetters (topic is InboxRedriveFilter.Topic: "" for the dead letter's own). It returns an error
-// matching ErrNotFound when there is no such dead letter (a message redriven before and handled since has none:
-// redriving it again does nothing).
-func (a *Admin) RedriveInboxDeadLetter(ctx context.Context, handler, messageID, topic string) error {
-	if err := a.valid(); err != nil {
-		return err
-	}
-	n, err := a.RedriveInboxDeadLetters(ctx, InboxRedriveFilter{Handler: handler, MessageIDs: []string{messageID},
-		Topic: topic})
-	if err != nil {
-		return err
-	}
-	if n == 0 {
-		return fmt.Errorf("outbox: inbox dead letter %q/%q: %w", handler, messageID, ErrNotFound)
-	}
-	return nil
-}
-
-// RedriveInboxDeadLetters gives the inbox dead letters of the scope selected by f another run of their handler,
-// and returns how many it redrove. For each, in one transaction, it deletes the dead letter, forgets that the inbox
-// dead-lettered the message (and its failed attempts), and stages a copy of the message in this outbox for the
-// topic it was consumed from, with a new message ID and the metadata HeaderInboxRedriveOf (the original ID) and
-// HeaderInboxRedriveHandler (the handler). A relay of this outbox publishes the copy; the named handler's inbox
-// then handles it under the original message ID (once, like any message: a delivery of the original that won
-// the race makes the copy a duplicate), and every other handler on the topic acknowledges it without running. So
-// a relay must run on the outbox of the inbox's database for a redrive to be delivered.
-func (a *Admin) RedriveInboxDeadLetters(ctx context.Context, f InboxRedriveFilter) (int, error) {
+// RedriveInbox gives the inbox dead letters of the scope with the given message IDs (of every handler that
+// dead-lettered them) another run of their handler, as RedriveInboxMatching does, and returns how many it redrove.
+// IDs without an inbox dead letter in the scope do not stop the others: the known ones are redriven all the same,
+// and the error is an *UnknownIDsError (errors.Is(err, ErrNotFound)) naming the unknown ones (a message redriven
+// before and handled since has none: redriving it again does nothing).
+func (a *Admin) RedriveInbox(ctx context.Context, ids ...string) (int, error) {
 	if err := a.valid(); err != nil {
 		return 0, err
 	}
-	var match InboxListOptions
-	if f.Match != nil {
-		match = *f.Match
-		if now := a.o.now(); match.DeadBefore.IsZero() || match.DeadBefore.After(now) {
-			match.DeadBefore = now
-		}
+	return a.byIDs("inbox redrive", ids, func(ids []string) (int, map[string]struct{}, error) {
+		return a.redriveInbox(ctx, InboxListOptions{IDs: ids})
+	})
+}
+
+// RedriveInboxMatching gives every inbox dead letter of the scope that opts selects and that was dead-lettered at
+// or before the call (Limit, After and order do not matter) another run of its handler, and returns how many it
+// redrove; after an error, the count is what earlier transactions redrove. For each, in one transaction, it
+// deletes the dead letter, forgets that the inbox dead-lettered the message (and its failed attempts), and stages
+// a copy of the message in this outbox for the topic it was consumed from (opts.RedriveTopic when none is
+// recorded), with a new message ID and the metadata HeaderInboxRedriveOf (the original ID) and
+// HeaderInboxRedriveHandler (the handler). A relay of this outbox publishes the copy; the named handler's inbox
+// then handles it under the original message ID (once, like any message: a delivery of the original that won the
+// race makes the copy a duplicate), and every other handler on the topic acknowledges it without running. So a
+// relay must run on the outbox of the inbox's database for a redrive to be delivered.
+func (a *Admin) RedriveInboxMatching(ctx context.Context, opts InboxListOptions) (int, error) {
+	if err := a.valid(); err != nil {
+		return 0, err
 	}
-	if f.Handler != "" {
-		if match.Handler != "" && match.Handler != f.Handler {
-			return 0, nil // two handlers: nothing is both
-		}
-		match.Handler = f.Handler
+	n, _, err := a.redriveInbox(ctx, opts)
+	return n, err
+}
+
+func (a *Admin) redriveInbox(ctx context.Context, opts InboxListOptions) (int, map[string]struct{}, error) {
+	if now := a.o.now(); opts.DeadBefore.IsZero() || opts.DeadBefore.After(now) {
+		opts.DeadBefore = now
 	}
-	if f.MessageIDs != nil {
-		if match.MessageIDs != nil {
-			match.MessageIDs = slices.DeleteFunc(slices.Clone(f.MessageIDs), func(id string) bool {
-				return !slices.Contains(match.MessageIDs, id)
-			})
-		} else {
-			match.MessageIDs = f.MessageIDs
-		}
-	}
-	if match.MessageIDs != nil && len(match.MessageIDs) == 0 {
-		return 0, nil
-	}
-	args := append(a.inboxFilter(match), redriveBatch)
-	total := 0
+	args := append(a.inboxFilter(opts), redriveBatch)
+	total, moved := 0, map[string]struct{}{}
 	for {
-		n := 0
+		var dls []InboxDeadLetter
 		err := pgx.BeginFunc(ctx, a.o.pool, func(tx pgx.Tx) error {
 			rows, err := tx.Query(ctx, a.o.q.inboxDeadTake, args...)
 			if err != nil {
 				return err
 			}
-			dls, err := pgx.CollectRows(rows, scanInboxDeadLetter)
+			dls, err = pgx.CollectRows(rows, scanInboxDeadLetter)
 			if err != nil {
 				return err
 			}
@@ -147,11 +110,11 @@ func (a *Admin) RedriveInboxDeadLetters(ctx context.Context, f InboxRedriveFilte
 			for _, d := range dls {
 				b.Queue(a.o.q.inboxUnmark, d.MessageID, d.Handler, d.Tenant)
 				if d.Topic == "" {
-					d.Topic = f.Topic
+					d.Topic = opts.RedriveTopic
 				}
 				if d.Topic == "" {
 					return fmt.Errorf("inbox dead letter %q/%q has no topic recorded: give the topic to "+
-						"redrive it to", d.Handler, d.MessageID)
+						"redrive it to (InboxListOptions.RedriveTopic)", d.Handler, d.MessageID)
 				}
 				m, err := redriveCopy(d)
 				if err != nil {
@@ -167,18 +130,20 @@ func (a *Admin) RedriveInboxDeadLetters(ctx context.Context, f InboxRedriveFilte
 					return err
 				}
 			}
-			n = len(dls)
 			return nil
 		})
 		if err != nil {
-			return total, fmt.Errorf("outbox: redrive inbox dead letters (after %d redriven): %w", total, err)
+			return total, moved, fmt.Errorf("outbox: redrive inbox dead letters (after %d redriven): %w", total, err)
 		}
-		total += n
-		if n > 0 {
+		total += len(dls)
+		for _, d := range dls {
+			moved[d.MessageID] = struct{}{}
+		}
+		if len(dls) > 0 {
 			a.o.Notify()
 		}
-		if n < redriveBatch {
-			return total, nil
+		if len(dls) < redriveBatch {
+			return total, moved, nil
 		}
 	}
 }

@@ -108,9 +108,16 @@ func TestInboxRedriveRunsTheHandlerOnce(t *testing.T) {
 	require.Zero(t, e.entries(t))
 
 	e.failing.Store(false)
-	require.ErrorIs(t, e.ob.Tenant("other").RedriveInboxDeadLetter(ctx, "ledger", "m-1", "credits"), outbox.ErrNotFound,
-		"another tenant's scope does not reach it")
-	require.NoError(t, admin.RedriveInboxDeadLetter(ctx, "ledger", "m-1", "credits"))
+	n, err := e.ob.Tenant("other").RedriveInbox(ctx, "m-1")
+	require.ErrorIs(t, err, outbox.ErrNotFound, "another tenant's scope does not reach it")
+	require.Zero(t, n)
+	var unknown *outbox.UnknownIDsError
+	require.ErrorAs(t, err, &unknown)
+	require.Equal(t, []string{"m-1"}, unknown.IDs)
+	n, err = admin.RedriveInboxMatching(ctx, outbox.InboxListOptions{Handler: "ledger", ID: "m-1",
+		RedriveTopic: "credits"})
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
 	_, err = admin.InboxDeadLetter(ctx, "ledger", "m-1")
 	require.ErrorIs(t, err, outbox.ErrNotFound, "the dead letter is gone")
 
@@ -134,8 +141,8 @@ func TestInboxRedriveRunsTheHandlerOnce(t *testing.T) {
 	e.deliver(t, e.incoming("m-1"))
 	require.Equal(t, int64(1), e.entries(t), "effects applied once")
 
-	require.ErrorIs(t, admin.RedriveInboxDeadLetter(ctx, "ledger", "m-1", "credits"), outbox.ErrNotFound,
-		"a second redrive of a handled message does nothing")
+	_, err = admin.RedriveInbox(ctx, "m-1")
+	require.ErrorIs(t, err, outbox.ErrNotFound, "a second redrive of a handled message does nothing")
 	_, err = e.relay(nil).Drain(ctx, b)
 	require.NoError(t, err)
 	require.Empty(t, b.take(), "nothing staged by the second redrive")
@@ -162,11 +169,11 @@ func TestInboxRedriveByFilterAndAll(t *testing.T) {
 		require.NoError(t, fail("y")(e.incoming(id)))
 	}
 	admin := e.ob.AllTenants()
-	n, err := admin.RedriveInboxDeadLetters(ctx, outbox.InboxRedriveFilter{Handler: "x", MessageIDs: []string{"a",
-		"b", "zzz"}, Topic: "t"})
+	n, err := admin.RedriveInboxMatching(ctx, outbox.InboxListOptions{Handler: "x", IDs: []string{"a",
+		"b", "zzz"}, RedriveTopic: "t"})
 	require.NoError(t, err)
 	require.Equal(t, 2, n)
-	n, err = admin.RedriveInboxDeadLetters(ctx, outbox.InboxRedriveFilter{Handler: "y", Topic: "t"})
+	n, err = admin.RedriveInboxMatching(ctx, outbox.InboxListOptions{Handler: "y", RedriveTopic: "t"})
 	require.NoError(t, err)
 	require.Equal(t, 3, n)
 	left, err := admin.InboxDeadLetters(ctx, outbox.InboxListOptions{})
@@ -174,12 +181,12 @@ func TestInboxRedriveByFilterAndAll(t *testing.T) {
 	require.Len(t, left, 1)
 	require.Equal(t, "x", left[0].Handler)
 	require.Equal(t, "c", left[0].MessageID)
-	_, err = admin.RedriveInboxDeadLetters(ctx, outbox.InboxRedriveFilter{})
+	_, err = admin.RedriveInboxMatching(ctx, outbox.InboxListOptions{})
 	require.ErrorContains(t, err, "has no topic recorded", "no topic: nothing redriven")
-	n, err = admin.RedriveInboxDeadLetters(ctx, outbox.InboxRedriveFilter{Topic: "t"})
+	n, err = admin.RedriveInboxMatching(ctx, outbox.InboxListOptions{RedriveTopic: "t"})
 	require.NoError(t, err)
 	require.Equal(t, 1, n)
-	n, err = admin.RedriveInboxDeadLetters(ctx, outbox.InboxRedriveFilter{})
+	n, err = admin.RedriveInboxMatching(ctx, outbox.InboxListOptions{})
 	require.NoError(t, err)
 	require.Zero(t, n)
 	b := &capture{}

@@ -59,8 +59,8 @@ type MaintenanceConfig struct {
 	InboxRetention time.Duration
 	// DeadLetterRetention is how long dead letters are kept. An older outbox dead letter is discarded (its ID
 	// stays in the sent ledger, so re-staging it publishes nothing), except one that holds its key, which only an
-	// operator releases; an older inbox dead letter is deleted. Default DefaultDeadLetterRetention (30 days);
-	// negative keeps them forever.
+	// operator releases; an older inbox dead letter is deleted. The failure history (Admin.Failures) keeps its
+	// entries as long. Default DefaultDeadLetterRetention (30 days); negative keeps them forever.
 	DeadLetterRetention time.Duration
 	// BatchSize is how many rows one DELETE removes; a pass repeats it until nothing is left. Default 1000.
 	// Rule: 1 to 100000.
@@ -112,6 +112,9 @@ type MaintenanceReport struct {
 	DeadLettersExpired int64
 	// InboxDeadLettersExpired counts inbox dead letters deleted for their age.
 	InboxDeadLettersExpired int64
+	// FailuresRemoved counts entries of the failure history (Admin.Failures) older than the dead-letter retention,
+	// deleted. The maintenance table does not record it: only a pass's own report has it.
+	FailuresRemoved int64
 }
 
 // MaintenanceStatus is the latest maintenance pass of an outbox, as recorded in its outbox_maintenance table.
@@ -284,6 +287,7 @@ func (m *Maintainer) RunOnce(ctx context.Context) (MaintenanceReport, error) {
 	step("outbox_sent", m.c.SentRetention, m.st.sent, nil, &rep.SentRemoved)
 	step("inbox", m.c.InboxRetention, m.st.inbox, nil, &rep.InboxRemoved)
 	step("inbox_attempts", m.c.InboxRetention, m.st.inboxAttempts, nil, &rep.InboxAttemptsRemoved)
+	step("message_failures", m.c.DeadLetterRetention, m.st.failures, nil, &rep.FailuresRemoved)
 	// A pass cut short because its context ended (its process is stopping) has not failed: the next pass repeats
 	// what it left, so only the steps' own errors are recorded, and the outcome is "interrupted".
 	interrupted := ctx.Err() != nil

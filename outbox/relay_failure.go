@@ -19,6 +19,7 @@ func (loop *claimLoop) rejected(rw *row, u *unit, cause error) bool {
 	attempt := rw.attempts + 1
 	now := loop.relay.o.now()
 	msg := truncateError(cause)
+	rec := recordFailure(cause)
 	dead := attempt > loop.cfg.maxRetryCount
 	holds := dead && rw.ordered() && !loop.cfg.ReleaseKeyOnDeadLetter
 	continues := dead && !holds
@@ -33,7 +34,8 @@ func (loop *claimLoop) rejected(rw *row, u *unit, cause error) bool {
 	op := "backoff"
 	if dead {
 		op = "dead-letter move"
-		b.Queue(loop.db.st.deadLetter, loop.db.fenced(rw.rid, loop.db.owner, msg, !loop.cfg.ReleaseKeyOnDeadLetter, now)...)
+		b.Queue(loop.db.st.deadLetter, loop.db.fenced(rw.rid, loop.db.owner, msg, !loop.cfg.ReleaseKeyOnDeadLetter, now,
+			rec.typ, rec.signature)...)
 	} else {
 		b.Queue(loop.db.st.fail, loop.db.fenced(rw.rid, loop.db.owner, msg, now.Add(loop.cfg.backoff(attempt)))...)
 	}
@@ -45,6 +47,10 @@ func (loop *claimLoop) rejected(rw *row, u *unit, cause error) bool {
 		promoted = []tenantKey{rw.key()}
 		loop.relay.o.queuePromote(b, promoted, now)
 	}
+	// The attempt's entry in the failure history, last (nothing reads its result). It is written by the rejection's
+	// own batch, so a delivery that succeeds costs nothing; a relay fenced out by a new leader still records the
+	// attempt it made.
+	loop.relay.o.queueFailure(b, "outbox", rw.id, rw.topic, rw.tenant, attempt, rec, now)
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(loop.ctx), 30*time.Second)
 	_, err := loop.db.written(ctx, op, b, func(res pgx.BatchResults) error {
 		if len(waiting) > 0 {

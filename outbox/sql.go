@@ -49,9 +49,14 @@ type queries struct {
 	listWatermarks, watermarkForShare                     string
 
 	inboxClaim, inboxAttempt, inboxClearAttempts, inboxDeadLetter, inboxMarkDead string
-	inboxStats, inboxCleanup, inboxRemoveDead, inboxCountDead, inboxDiscardWhere string
+	inboxStats, inboxCleanup, inboxCountDead, inboxDiscardWhere                  string
 	inboxDeadGet, inboxDeadTake, inboxUnmark, recentlyHandled, inboxEntries      string
 	inboxListDead                                                                [2]string // oldest, newest first
+
+	recordFailure, failuresOf                 string
+	deadGroups, inboxDeadGroups, outboxBeyond string
+	findMessages, findInbox                   string
+	findIDs                                   [3]string // by FindByCorrelation, FindByStream, FindByKey
 
 	maintenance maintenanceSQL
 }
@@ -60,6 +65,7 @@ type queries struct {
 type maintenanceSQL struct {
 	lastStart, begin, finish, status                        string
 	expireDead, expireInboxDead, sent, inbox, inboxAttempts string
+	failures                                                string
 }
 
 func newQueries(schema string) (queries, error) {
@@ -68,6 +74,7 @@ func newQueries(schema string) (queries, error) {
 		"outbox": t("outbox"), "sent": t("outbox_sent"), "dead": t("outbox_dead_letters"),
 		"watermarks": t("outbox_watermarks"), "maint": t("outbox_maintenance"), "leases": t("leases"),
 		"inbox": t("inbox"), "inbox_attempts": t("inbox_attempts"), "inbox_dead": t("inbox_dead_letters"),
+		"failures": t("message_failures"),
 		// inside a string literal: nextval('{seq}')
 		"seq": strings.ReplaceAll(t("outbox_seq"), "'", "''"),
 	}}
@@ -96,12 +103,15 @@ func newQueries(schema string) (queries, error) {
 		&q.watermarkForShare: "watermark_for_share",
 		&q.inboxClaim:        "inbox_claim", &q.inboxAttempt: "inbox_attempt", &q.inboxClearAttempts: "inbox_clear_attempts",
 		&q.inboxDeadLetter: "inbox_dead_letter", &q.inboxMarkDead: "inbox_mark_dead", &q.inboxStats: "inbox_stats",
-		&q.inboxCleanup:    "inbox_cleanup",
-		&q.inboxRemoveDead: "inbox_remove_dead", &q.inboxDeadGet: "inbox_dead_get",
+		&q.inboxCleanup:  "inbox_cleanup",
+		&q.inboxDeadGet:  "inbox_dead_get",
 		&q.inboxDeadTake: "inbox_dead_take", &q.inboxUnmark: "inbox_unmark",
 		&m.lastStart: "maintenance_last_start", &m.begin: "maintenance_begin", &m.finish: "maintenance_finish",
 		&m.status: "maintenance_status", &m.expireDead: "expire_dead", &m.expireInboxDead: "expire_inbox_dead",
 		&m.sent: "expire_sent", &m.inbox: "expire_inbox", &m.inboxAttempts: "expire_inbox_attempts",
+		&m.failures: "expire_failures", &q.recordFailure: "record_failure", &q.failuresOf: "failures_of",
+		&q.deadGroups: "dead_groups", &q.inboxDeadGroups: "inbox_dead_groups", &q.outboxBeyond: "outbox_beyond",
+		&q.findMessages: "find_messages", &q.findInbox: "find_inbox",
 	} {
 		each(field, name)
 	}
@@ -110,6 +120,22 @@ func newQueries(schema string) (queries, error) {
 	}
 	if err == nil {
 		q.backlog, err = statements.Expand("stats", map[string]string{"sent count": "0::bigint"}, q.idents)
+	}
+	for i, match := range []map[string]string{
+		{"dead match": "correlation_id = $1 AND correlation_id <> ''",
+			"inbox match":  "metadata ->> 'correlation-id' = $1 AND metadata ? 'correlation-id'",
+			"outbox match": "correlation_id = $1", "outbox key": ""},
+		{"dead match": "metadata ->> 'aggregate-id' = $1 AND metadata ? 'aggregate-id'",
+			"inbox match":  "metadata ->> 'aggregate-id' = $1 AND metadata ? 'aggregate-id'",
+			"outbox match": "stream = $1", "outbox key": ""},
+		{"dead match": "partition_key = $1 AND partition_key <> ''", "inbox match": "false",
+			"outbox match": "partition_key = $1",
+			"outbox key": "\n    UNION\n    SELECT tenant_id, message_id FROM {outbox}\n    WHERE partition_key = $1 " +
+				"AND seq IS NOT NULL AND ($2::text IS NULL OR tenant_id = $2)"},
+	} {
+		if err == nil {
+			q.findIDs[i], err = statements.Expand("find_ids", match, q.idents)
+		}
 	}
 	for i, dir := range []map[string]string{{"after": ">", "order": "ASC"}, {"after": "<", "order": "DESC"}} {
 		if err == nil {
@@ -303,6 +329,6 @@ func (q *queries) relay(fenced bool, partitioned bool, by PartitionBy) (relaySta
 	build(&st.release, "release", 4, false)
 	build(&st.unreachable, "unreachable", 4, false)
 	build(&st.extend, "extend", 3, false)
-	build(&st.deadLetter, "dead_letter", 5, false)
+	build(&st.deadLetter, "dead_letter", 7, false)
 	return st, err
 }

@@ -219,7 +219,7 @@ one (handled outside a Watermill router).`,
 			admin := scope.admin(o)
 			n, ids, unknown := 0, []string{}, []string{}
 			if all {
-				n, err = admin.RedriveInboxDeadLetters(ctx, outbox.InboxRedriveFilter{Handler: handler, Topic: topic})
+				n, err = admin.RedriveInboxMatching(ctx, outbox.InboxListOptions{Handler: handler, RedriveTopic: topic})
 				if err != nil {
 					return fmt.Errorf("redrive (after %d redriven): %w", n, a.dbError(err))
 				}
@@ -227,14 +227,15 @@ one (handled outside a Watermill router).`,
 				handler = args[0]
 				ids = slices.Compact(slices.Sorted(slices.Values(args[1:])))
 				for _, id := range ids {
-					err := admin.RedriveInboxDeadLetter(ctx, handler, id, topic)
+					moved, err := admin.RedriveInboxMatching(ctx, outbox.InboxListOptions{Handler: handler, ID: id,
+						RedriveTopic: topic})
 					switch {
-					case errors.Is(err, outbox.ErrNotFound):
-						unknown = append(unknown, id)
 					case err != nil:
 						return fmt.Errorf("redrive (after %d redriven): %w", n, a.dbError(err))
+					case moved == 0:
+						unknown = append(unknown, id)
 					default:
-						n++
+						n += moved
 					}
 				}
 			}
@@ -279,14 +280,14 @@ letter in the scope are listed and make the command fail; the others are discard
 			ids := slices.Compact(slices.Sorted(slices.Values(args[1:])))
 			n, unknown := 0, []string{}
 			for _, id := range ids {
-				err := admin.DiscardInboxDeadLetter(ctx, handler, id)
+				moved, err := admin.DiscardInboxMatching(ctx, outbox.InboxListOptions{Handler: handler, ID: id})
 				switch {
-				case errors.Is(err, outbox.ErrNotFound):
-					unknown = append(unknown, id)
 				case err != nil:
 					return fmt.Errorf("discard (after %d discarded): %w", n, a.dbError(err))
+				case moved == 0:
+					unknown = append(unknown, id)
 				default:
-					n++
+					n += moved
 				}
 			}
 			if a.json {

@@ -11,13 +11,13 @@
 
 -- The dead letters a filter selects (ListOptions; Admin.DeadLetters, CountDeadLetters, RedriveMatching and
 -- DiscardMatching): $1 the scope's tenant (NULL estate-wide), $2 a topic, $3 a message ID, $4 message IDs, $5 a
--- message type, $6 an ILIKE pattern on the last error, $7 dead after (exclusive), $8 dead at or before. A NULL
--- argument does not filter.
+-- message type, $6 an ILIKE pattern on the last error, $7 dead after (exclusive), $8 dead at or before, $9 an error
+-- signature. A NULL argument does not filter.
 -- fragment: dead_where
 ($1::text IS NULL OR tenant_id = $1) AND ($2::text IS NULL OR topic = $2) AND ($3::text IS NULL OR message_id = $3)
   AND ($4::text[] IS NULL OR message_id = ANY ($4)) AND ($5::text IS NULL OR message_type = $5)
   AND ($6::text IS NULL OR last_error ILIKE $6) AND ($7::timestamptz IS NULL OR dead_at > $7)
-  AND ($8::timestamptz IS NULL OR dead_at <= $8)
+  AND ($8::timestamptz IS NULL OR dead_at <= $8) AND ($9::text IS NULL OR error_signature = $9)
 
 -- What a redrive does with the dead letters it deleted (gone): back into the outbox, due {now}, with a fresh attempt
 -- count. A redriven message keeps its sequence number, so it goes before the messages its key was holding.
@@ -57,40 +57,40 @@ WITH gone AS (
     DELETE FROM {dead} WHERE message_id = ANY($1) AND ($2::text IS NULL OR tenant_id = $2) RETURNING *
 ), {discard_kept now=$3}
 
--- One batch of a redrive by filter ({dead_where}): up to $9 dead letters, oldest first, due $10. Rows another
+-- One batch of a redrive by filter ({dead_where}): up to $10 dead letters, oldest first, due $11. Rows another
 -- operation has locked are left for the next batch.
 -- name: redrive_where
 WITH gone AS (
     DELETE FROM {dead} WHERE ctid = ANY (ARRAY(
-        SELECT ctid FROM {dead} WHERE {dead_where} ORDER BY dead_at LIMIT $9 FOR UPDATE SKIP LOCKED))
+        SELECT ctid FROM {dead} WHERE {dead_where} ORDER BY dead_at LIMIT $10 FOR UPDATE SKIP LOCKED))
     RETURNING *
-), {redrive_back now=$10}
+), {redrive_back now=$11}
 
--- One batch of a discard by filter ({dead_where}): up to $9 dead letters, oldest first, discarded at $10.
+-- One batch of a discard by filter ({dead_where}): up to $10 dead letters, oldest first, discarded at $11.
 -- name: discard_where
 WITH gone AS (
     DELETE FROM {dead} WHERE ctid = ANY (ARRAY(
-        SELECT ctid FROM {dead} WHERE {dead_where} ORDER BY dead_at LIMIT $9 FOR UPDATE SKIP LOCKED))
+        SELECT ctid FROM {dead} WHERE {dead_where} ORDER BY dead_at LIMIT $10 FOR UPDATE SKIP LOCKED))
     RETURNING *
-), {discard_kept now=$10}
+), {discard_kept now=$11}
 
--- The columns of a dead letter as read back; the payload cut to its first $14 bytes when $14 > 0, and its size.
+-- The columns of a dead letter as read back; the payload cut to its first $15 bytes when $15 > 0, and its size.
 -- fragment: dead_columns
 message_id, tenant_id, message_type, topic,
-    CASE WHEN $14::int > 0 THEN substring(payload FROM 1 FOR $14::int) ELSE payload END, metadata, correlation_id,
+    CASE WHEN $15::int > 0 THEN substring(payload FROM 1 FOR $15::int) ELSE payload END, metadata, correlation_id,
     causation_id, partition_key, seq, source_position, scheduled_at, attempts, last_error, holds_key, created_at,
-    dead_at, octet_length(payload)
+    dead_at, octet_length(payload), error_type, error_signature
 
 -- A page of the dead letters {dead_where} selects, in (dead_at, message_id, topic, tenant_id) order ({order}: ASC
--- or DESC) after (before, DESC) the row ($9, $10, $11, $12), at most $13. The index on that order (migration 040)
+-- or DESC) after (before, DESC) the row ($10, $11, $12, $13), at most $14. The index on that order (migration 040)
 -- walks the rows in order and stops at the page's end.
 -- name: list_dead
 SELECT {dead_columns}
 FROM {dead}
 WHERE {dead_where}
-  AND (dead_at, message_id, topic, tenant_id) {after} ($9::timestamptz, $10::text, $11::text, $12::text)
+  AND (dead_at, message_id, topic, tenant_id) {after} ($10::timestamptz, $11::text, $12::text, $13::text)
 ORDER BY dead_at {order}, message_id {order}, topic {order}, tenant_id {order}
-LIMIT $13
+LIMIT $14
 
 -- name: count_dead
 SELECT count(*) FROM {dead} WHERE {dead_where}
@@ -98,7 +98,8 @@ SELECT count(*) FROM {dead} WHERE {dead_where}
 -- The oldest dead letter with message ID $1 (of tenant $2 when not NULL); the whole payload.
 -- name: get_dead
 SELECT message_id, tenant_id, message_type, topic, payload, metadata, correlation_id, causation_id, partition_key,
-    seq, source_position, scheduled_at, attempts, last_error, holds_key, created_at, dead_at, octet_length(payload)
+    seq, source_position, scheduled_at, attempts, last_error, holds_key, created_at, dead_at, octet_length(payload),
+    error_type, error_signature
 FROM {dead} WHERE message_id = $1 AND ($2::text IS NULL OR tenant_id = $2)
 ORDER BY dead_at, topic, tenant_id
 LIMIT 1

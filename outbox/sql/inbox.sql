@@ -19,8 +19,8 @@ DELETE FROM {inbox_attempts} WHERE message_id = $1 AND handler = $2 AND tenant_i
 
 -- name: inbox_dead_letter
 INSERT INTO {inbox_dead} (message_id, handler, tenant_id, message_type, topic, payload, metadata, attempts,
-    last_error, dead_at)
-VALUES ($1, $2, $3, $4, $5, $6, $7::jsonb, $8, $9, $10)
+    last_error, dead_at, error_type, error_signature)
+VALUES ($1, $2, $3, $4, $5, $6, $7::jsonb, $8, $9, $10, $11, $12)
 ON CONFLICT (message_id, handler, tenant_id) DO NOTHING
 
 -- name: inbox_mark_dead
@@ -43,52 +43,52 @@ DELETE FROM {inbox} WHERE ctid = ANY (ARRAY(
 
 -- The inbox dead letters a filter selects (InboxListOptions, InboxRedriveFilter): $1 the scope's tenant (NULL
 -- estate-wide), $2 a handler, $3 message IDs, $4 the topic consumed from, $5 a message type, $6 an ILIKE pattern on
--- the last error, $7 dead after (exclusive), $8 dead at or before. A NULL argument does not filter.
+-- the last error, $7 dead after (exclusive), $8 dead at or before, $9 an error signature. A NULL argument
+-- does not filter.
 -- fragment: inbox_dead_where
 ($1::text IS NULL OR tenant_id = $1) AND ($2::text IS NULL OR handler = $2)
   AND ($3::text[] IS NULL OR message_id = ANY ($3::text[])) AND ($4::text IS NULL OR topic = $4)
   AND ($5::text IS NULL OR message_type = $5) AND ($6::text IS NULL OR last_error ILIKE $6)
   AND ($7::timestamptz IS NULL OR dead_at > $7) AND ($8::timestamptz IS NULL OR dead_at <= $8)
+  AND ($9::text IS NULL OR error_signature = $9)
 
 -- A page of the inbox dead letters {inbox_dead_where} selects, in (dead_at, message_id, handler, tenant_id) order
--- ({order}: ASC or DESC) after (before, DESC) the row ($9, $10, $11, $12), at most $13, the payloads cut to their
--- first $14 bytes when $14 > 0. The index on that order (migration 040) walks the rows in order.
+-- ({order}: ASC or DESC) after (before, DESC) the row ($10, $11, $12, $13), at most $14, the payloads cut to their
+-- first $15 bytes when $15 > 0. The index on that order (migration 040) walks the rows in order.
 -- name: inbox_list_dead
 SELECT message_id, handler, tenant_id, message_type, topic,
-    CASE WHEN $14::int > 0 THEN substring(payload FROM 1 FOR $14::int) ELSE payload END, metadata, attempts,
-    last_error, dead_at, octet_length(payload)
+    CASE WHEN $15::int > 0 THEN substring(payload FROM 1 FOR $15::int) ELSE payload END, metadata, attempts,
+    last_error, dead_at, octet_length(payload), error_type, error_signature
 FROM {inbox_dead}
 WHERE {inbox_dead_where}
-  AND (dead_at, message_id, handler, tenant_id) {after} ($9::timestamptz, $10::text, $11::text, $12::text)
+  AND (dead_at, message_id, handler, tenant_id) {after} ($10::timestamptz, $11::text, $12::text, $13::text)
 ORDER BY dead_at {order}, message_id {order}, handler {order}, tenant_id {order}
-LIMIT $13
+LIMIT $14
 
 -- name: inbox_count_dead
 SELECT count(*) FROM {inbox_dead} WHERE {inbox_dead_where}
 
--- One batch of a discard by filter ({inbox_dead_where}): up to $9 dead letters, oldest first. The inbox entries
+-- One batch of a discard by filter ({inbox_dead_where}): up to $10 dead letters, oldest first. The inbox entries
 -- stay, so redeliveries are still skipped.
 -- name: inbox_discard_where
 DELETE FROM {inbox_dead} WHERE ctid = ANY (ARRAY(
-    SELECT ctid FROM {inbox_dead} WHERE {inbox_dead_where} ORDER BY dead_at LIMIT $9 FOR UPDATE SKIP LOCKED))
-
--- name: inbox_remove_dead
-DELETE FROM {inbox_dead} WHERE message_id = $1 AND handler = $2 AND ($3::text IS NULL OR tenant_id = $3)
+    SELECT ctid FROM {inbox_dead} WHERE {inbox_dead_where} ORDER BY dead_at LIMIT $10 FOR UPDATE SKIP LOCKED))
+RETURNING message_id
 
 -- The columns of an inbox dead letter, as read back, with the payload's size.
 -- fragment: inbox_dead_columns
 message_id, handler, tenant_id, message_type, topic, payload, metadata, attempts, last_error, dead_at,
-    octet_length(payload)
+    octet_length(payload), error_type, error_signature
 
 -- name: inbox_dead_get
 SELECT {inbox_dead_columns} FROM {inbox_dead}
 WHERE message_id = $1 AND handler = $2 AND ($3::text IS NULL OR tenant_id = $3)
 ORDER BY tenant_id
 
--- Takes (deletes and returns) up to $9 dead letters of the scope that {inbox_dead_where} selects, oldest first.
+-- Takes (deletes and returns) up to $10 dead letters of the scope that {inbox_dead_where} selects, oldest first.
 -- name: inbox_dead_take
 DELETE FROM {inbox_dead} WHERE ctid = ANY (ARRAY(
-    SELECT ctid FROM {inbox_dead} WHERE {inbox_dead_where} ORDER BY dead_at LIMIT $9 FOR UPDATE SKIP LOCKED))
+    SELECT ctid FROM {inbox_dead} WHERE {inbox_dead_where} ORDER BY dead_at LIMIT $10 FOR UPDATE SKIP LOCKED))
 RETURNING {inbox_dead_columns}
 
 -- Forgets that the message was dead-lettered (never that it was handled), so its next delivery runs the handler;

@@ -249,15 +249,17 @@ WHERE id = $1 AND lease_owner = $2{fenced}
 -- name: extend
 {with fence}UPDATE {outbox} SET lease_expires_at = $3 WHERE id = ANY($1) AND lease_owner = $2{fenced}
 
--- Dead letter: move the row, with its last error, in one statement.
+-- Dead letter: move the row, with its last error and that error's type ($6) and signature ($7), in one statement.
 -- name: dead_letter
 WITH {fence,}gone AS (
     DELETE FROM {outbox} WHERE id = $1 AND lease_owner = $2{fenced} RETURNING *
 )
 INSERT INTO {dead} (message_id, tenant_id, message_type, topic, payload, metadata, correlation_id, causation_id,
-    partition_key, seq, source_position, scheduled_at, attempts, last_error, holds_key, created_at, dead_at)
+    partition_key, seq, source_position, scheduled_at, attempts, last_error, holds_key, created_at, dead_at,
+    error_type, error_signature)
 SELECT message_id, tenant_id, message_type, topic, payload, metadata, correlation_id, causation_id,
-    partition_key, seq, source_position, scheduled_at, attempts + 1, $3, seq IS NOT NULL AND $4, created_at, $5
+    partition_key, seq, source_position, scheduled_at, attempts + 1, $3, seq IS NOT NULL AND $4, created_at, $5,
+    $6, $7
 FROM gone
 
 -- Lock keys without waiting ($1: keyLock of each key): a key whose lock a staging transaction holds is

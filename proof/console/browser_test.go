@@ -311,7 +311,8 @@ func TestRefusals(t *testing.T) {
 	readOnly := serve(t, s, nil)
 	ctx := browser(t)
 	for _, p := range []string{"/", "/outbox", "/dead", "/dead?source=inbox", "/projections",
-		"/projection?name=order-board", "/events?stream=order-7&tenant=" + acme} {
+		"/projection?name=order-board", "/events?stream=order-7&tenant=" + acme, "/dead/groups",
+		"/dead/groups?source=inbox", "/find?q=order-7"} {
 		do(t, ctx, chromedp.Navigate(readOnly+p), chromedp.WaitVisible(chromedp.CSS("main")))
 		n, err := chromedp.Run(ctx, chromedp.Evaluate[int](
 			`document.querySelectorAll('form[method="post"], button[name="do"], input[name="csrf"], #rebuild').length`))
