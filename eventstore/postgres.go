@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"sort"
-	"strings"
 	"sync/atomic"
 	"time"
 
@@ -16,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/stagehand-es/stagehand"
+	"github.com/stagehand-es/stagehand/internal/conf"
 	"github.com/stagehand-es/stagehand/internal/jsonmeta"
 	"github.com/stagehand-es/stagehand/internal/names"
 	"github.com/stagehand-es/stagehand/internal/pgnotify"
@@ -40,33 +40,24 @@ type PostgresConfig struct {
 	Logger *slog.Logger
 }
 
+// DefaultMaxGapWait is PostgresConfig.MaxGapWait's default.
+const DefaultMaxGapWait = 2 * time.Second
+
 func (c *PostgresConfig) withDefaults() (PostgresConfig, error) {
 	var cfg PostgresConfig
 	if c != nil {
 		cfg = *c
 	}
-	if cfg.Schema == "" {
-		cfg.Schema = stagehand.DefaultSchema
-	}
-	if strings.TrimSpace(cfg.Schema) == "" {
-		return cfg, &ConfigError{Package: "eventstore", Field: "Schema", Reason: "must not be blank"}
-	}
-	if reason := names.Identifier(cfg.Schema); reason != "" {
-		return cfg, &ConfigError{Package: "eventstore", Field: "Schema", Reason: reason}
-	}
-	if cfg.MaxGapWait < 0 {
-		return cfg, &ConfigError{Package: "eventstore", Field: "MaxGapWait", Reason: "must not be negative"}
-	}
-	if cfg.MaxGapWait == 0 {
-		cfg.MaxGapWait = 2 * time.Second
-	}
+	check := conf.Check{Package: "eventstore"}
+	check.Text("Schema", &cfg.Schema, stagehand.DefaultSchema, names.Identifier)
+	check.NonNegativeDuration("MaxGapWait", &cfg.MaxGapWait, DefaultMaxGapWait)
 	if cfg.Clock == nil {
 		cfg.Clock = time.Now
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	return cfg, nil
+	return cfg, check.Err()
 }
 
 // PostgresStore is the PostgreSQL event store. It implements TransactionalStore.

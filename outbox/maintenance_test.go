@@ -316,8 +316,19 @@ func TestInterruptedMaintenancePassIsNotAFailure(t *testing.T) {
 	_, err = lock.Exec(bg, "LOCK TABLE "+pgtest.Q(e.schema, "inbox")+" IN ACCESS EXCLUSIVE MODE")
 	require.NoError(t, err)
 
+	// Interrupted once the pass has begun (it is recorded as started, then waits for the lock), however long a
+	// loaded machine takes to get there.
 	ctx, cancel := context.WithCancel(bg)
-	time.AfterFunc(300*time.Millisecond, cancel)
+	go func() {
+		defer cancel()
+		for ctx.Err() == nil {
+			if st, ok, err := e.ob.AllTenants().Maintenance(bg); err == nil && ok && !st.StartedAt.IsZero() {
+				time.Sleep(100 * time.Millisecond) // into the step that waits for the lock
+				return
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}()
 	_, err = m.RunOnce(ctx)
 	require.ErrorIs(t, err, context.Canceled)
 	require.NoError(t, lock.Rollback(bg))

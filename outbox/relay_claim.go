@@ -146,13 +146,11 @@ func (loop *claimLoop) claim(now time.Time, limit int) (n int, next *time.Time, 
 			h(loop.ctx, n, took, err)
 		}
 	}()
-	args := []any{now, limit, loop.db.owner, now.Add(loop.cfg.ClaimDuration), loop.topics, loop.runLength() - 1,
-		loop.runHeads()}
-	if loop.db.st.partitioned {
-		args = append(args, loop.lo, loop.hi)
-	}
+	claim := loop.db.st.claim
 	b := &pgx.Batch{}
-	b.Queue(loop.db.st.claim, loop.db.fenced(args...)...)
+	b.Queue(claim.SQL, loop.db.args(claim, &relayRow{Now: now, Limit: limit, ClaimUntil: now.Add(loop.cfg.ClaimDuration),
+		Topics: loop.topics, RunLength: loop.runLength() - 1, RunHeads: loop.runHeads(), PartLo: loop.lo,
+		PartHi: loop.hi})...)
 	if !loop.drain {
 		b.Queue(loop.relay.o.q.nextDue, now, loop.topics)
 	}

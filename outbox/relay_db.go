@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/stagehand-es/stagehand/internal/lease"
+	"github.com/stagehand-es/stagehand/internal/sqlfile"
 )
 
 // relayDB is a claim loop's side of the database: every statement it runs goes through exec, with the relay's
@@ -41,12 +42,13 @@ func (db *relayDB) exec(ctx context.Context, b *pgx.Batch, read func(pgx.BatchRe
 	return err
 }
 
-// fenced returns args followed by the fence's arguments when the term is fenced.
-func (db *relayDB) fenced(args ...any) []any {
-	if db.fence == nil {
-		return args
+// args returns st's arguments from r, with the relay's owner and, when the term is fenced, its lease.
+func (db *relayDB) args(st sqlfile.Named[relayRow], r *relayRow) []any {
+	r.Owner = db.owner
+	if db.fence != nil {
+		r.FenceName, r.FenceOwner, r.FenceToken = db.fence.Name, db.fence.Owner, db.fence.Token
 	}
-	return append(args, db.fence.Name, db.fence.Owner, db.fence.Token)
+	return st.Args(r)
 }
 
 // checkFence tells a fenced-out write from another reason for writing nothing: called when a fenced write matched

@@ -34,13 +34,17 @@ func (loop *claimLoop) rejected(rw *row, u *unit, cause error) bool {
 	op := "backoff"
 	if dead {
 		op = "dead-letter move"
-		b.Queue(loop.db.st.deadLetter, loop.db.fenced(rw.rid, loop.db.owner, msg, !loop.cfg.ReleaseKeyOnDeadLetter, now,
-			rec.typ, rec.signature)...)
+		st := loop.db.st.deadLetter
+		b.Queue(st.SQL, loop.db.args(st, &relayRow{ID: rw.rid, Error: msg, HoldsKey: !loop.cfg.ReleaseKeyOnDeadLetter,
+			Now: now, ErrorType: rec.typ, ErrorSignature: rec.signature})...)
 	} else {
-		b.Queue(loop.db.st.fail, loop.db.fenced(rw.rid, loop.db.owner, msg, now.Add(loop.cfg.backoff(attempt)))...)
+		st := loop.db.st.fail
+		b.Queue(st.SQL, loop.db.args(st, &relayRow{ID: rw.rid, Error: msg,
+			NextAttemptAt: now.Add(loop.cfg.backoff(attempt))})...)
 	}
 	if len(waiting) > 0 {
-		b.Queue(loop.db.st.release, loop.db.fenced(rowIDs(waiting), loop.db.owner, []int64{}, now)...)
+		st := loop.db.st.release
+		b.Queue(st.SQL, loop.db.args(st, &relayRow{IDs: rowIDs(waiting), FirstIDs: []int64{}, Now: now})...)
 	}
 	var promoted []tenantKey
 	if continues && rw.ordered() && loop.flight.finished(u) {
@@ -99,9 +103,11 @@ func (loop *claimLoop) unreachable(rw *row, u *unit, cause error) {
 	loop.flight.forget(append(waiting, rw)...) // before the release commits; see rejected
 	b := &pgx.Batch{}
 	now := loop.relay.o.now()
-	b.Queue(loop.db.st.unreachable, loop.db.fenced(rw.rid, loop.db.owner, truncateError(cause), now)...)
+	st := loop.db.st.unreachable
+	b.Queue(st.SQL, loop.db.args(st, &relayRow{ID: rw.rid, Error: truncateError(cause), Now: now})...)
 	if len(waiting) > 0 {
-		b.Queue(loop.db.st.release, loop.db.fenced(rowIDs(waiting), loop.db.owner, []int64{}, now)...)
+		st := loop.db.st.release
+		b.Queue(st.SQL, loop.db.args(st, &relayRow{IDs: rowIDs(waiting), FirstIDs: []int64{}, Now: now})...)
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(loop.ctx), 30*time.Second)
 	_, err := loop.db.written(ctx, "release", b, nil)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/stagehand-es/stagehand/internal/sqlfile"
 )
 
 // maxMark caps the rows of one mark statement, so a burst of acks cannot turn into one statement that holds up the
@@ -176,9 +177,9 @@ func (loop *claimLoop) mark(batch []int64, keys []tenantKey) (promoted int64, er
 		defer func() { h(ctx, len(batch), time.Since(start), err) }()
 	}
 	now := loop.relay.o.now()
-	run := func(mark string) (int64, error) {
+	run := func(mark sqlfile.Named[relayRow]) (int64, error) {
 		b := &pgx.Batch{}
-		b.Queue(mark, loop.db.fenced(batch, loop.db.owner, now)...)
+		b.Queue(mark.SQL, loop.db.args(mark, &relayRow{IDs: batch, Now: now})...)
 		if len(keys) > 0 {
 			loop.relay.o.queuePromote(b, keys, now)
 		}

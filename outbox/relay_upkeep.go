@@ -23,8 +23,8 @@ func (loop *claimLoop) keepLeases() {
 			continue
 		}
 		b := &pgx.Batch{}
-		b.Queue(loop.db.st.extend, loop.db.fenced(held, loop.db.owner,
-			loop.relay.o.now().Add(loop.cfg.ClaimDuration))...)
+		st := loop.db.st.extend
+		b.Queue(st.SQL, loop.db.args(st, &relayRow{IDs: held, Until: loop.relay.o.now().Add(loop.cfg.ClaimDuration)})...)
 		if _, err := loop.db.written(loop.ctx, "lease renewal", b, nil); err != nil && loop.ctx.Err() == nil &&
 			!errors.Is(err, ErrFenced) {
 			loop.cfg.Logger.Warn("stagehand: outbox could not renew leases", "count", len(held), "error", err)
@@ -74,7 +74,8 @@ func (loop *claimLoop) releaseAll() {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	b := &pgx.Batch{}
-	b.Queue(loop.db.st.release, loop.db.fenced(held, loop.db.owner, due, loop.relay.o.now())...)
+	st := loop.db.st.release
+	b.Queue(st.SQL, loop.db.args(st, &relayRow{IDs: held, FirstIDs: due, Now: loop.relay.o.now()})...)
 	if err := loop.db.exec(ctx, b, nil); err != nil {
 		loop.cfg.Logger.Warn("stagehand: outbox could not release leases on close; they will lapse",
 			"count", len(held), "error", err)

@@ -2,14 +2,12 @@ package outbox
 
 import (
 	"embed"
-	"fmt"
 	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/stagehand-es/stagehand/eventstore"
-	"github.com/stagehand-es/stagehand/internal/lease"
 	"github.com/stagehand-es/stagehand/internal/sqlfile"
 )
 
@@ -267,12 +265,44 @@ func (q *queries) stagingStatements(src *eventstore.AppendedPositions) (stagingS
 	return st, err
 }
 
+// relayRow holds the named parameters of the relay's statements (claim, mark, fail, release, unreachable, extend,
+// dead_letter): a statement takes the ones it names.
+type relayRow struct {
+	Now   time.Time `sql:"now"`
+	Owner string    `sql:"owner"`
+	// The claim's: how many rows, until when they are the relay's, which topics (nil: all), how long a key's run
+	// and for how many heads, and the partition's hash range.
+	Limit      int       `sql:"limit"`
+	ClaimUntil time.Time `sql:"claim_until"`
+	Topics     []string  `sql:"topics"`
+	RunLength  int       `sql:"run_length"`
+	RunHeads   int       `sql:"run_heads"`
+	PartLo     int32     `sql:"part_lo"`
+	PartHi     int32     `sql:"part_hi"`
+	// The rows written: one (ID) or several (IDs), the first of their keys among those released (FirstIDs).
+	ID       int64   `sql:"id"`
+	IDs      []int64 `sql:"ids"`
+	FirstIDs []int64 `sql:"first_ids"`
+	// A failure's: its error, when the row is due again, whether its dead letter holds its key, the error's type
+	// and signature; an extension's new expiry.
+	Error          string    `sql:"error"`
+	NextAttemptAt  time.Time `sql:"next_attempt_at"`
+	HoldsKey       bool      `sql:"holds_key"`
+	ErrorType      string    `sql:"error_type"`
+	ErrorSignature string    `sql:"error_signature"`
+	Until          time.Time `sql:"until"`
+	// The fence: the leader lease the term holds (fenced statements only).
+	FenceName  string `sql:"fence_name"`
+	FenceOwner string `sql:"fence_owner"`
+	FenceToken int64  `sql:"fence_token"`
+}
+
 // relayStatements are the relay's statements that claim or write rows, in one mode: fenced by a leader lease or
 // not, and claiming every due row or one partition's.
 type relayStatements struct {
-	claim, mark, fail, release, unreachable, extend, deadLetter string
+	claim, mark, fail, release, unreachable, extend, deadLetter sqlfile.Named[relayRow]
 	// markDedup is mark for rows some of which may be in the ledger already (see the mark statement).
-	markDedup           string
+	markDedup           sqlfile.Named[relayRow]
 	fenced, partitioned bool
 }
 
@@ -285,17 +315,16 @@ const (
 
 // relay writes out the relay statements for a mode.
 //
-// Fenced, every statement carries lease.FenceTemplate (its three arguments follow the statement's own) and writes
-// nothing unless the lease row still has the leader's owner and token, locking it FOR SHARE until the statement's
-// transaction ends, so no takeover commits in between. A fenced claim also takes over rows leased by an earlier
-// leadership term (lease owner other than this term's): a demoted leader can no longer mark them, so there is no
-// reason to wait for their row leases to lapse.
+// Fenced, every statement carries the relay_fence fragment and writes nothing unless the lease row still has the
+// leader's owner and token, locking it FOR SHARE until the statement's transaction ends, so no takeover commits in
+// between. A fenced claim also takes over rows leased by an earlier leadership term (lease owner other than this
+// term's): a demoted leader can no longer mark them, so there is no reason to wait for their row leases to lapse.
 //
-// Partitioned, the claim takes two more arguments, $8 and $9: the inclusive bounds of its partition's hash range.
+// Partitioned, the claim keeps to its partition's hash range, @part_lo to @part_hi inclusive.
 func (q *queries) relay(fenced bool, partitioned bool, by PartitionBy) (relayStatements, error) {
 	st := relayStatements{fenced: fenced, partitioned: partitioned}
 	var err error
-	build := func(field *string, name string, ownArgs int, claim bool, extra ...string) {
+	build := func(field *sqlfile.Named[relayRow], name string, claim bool, extra ...string) {
 		if err != nil {
 			return
 		}
@@ -309,26 +338,27 @@ func (q *queries) relay(fenced bool, partitioned bool, by PartitionBy) (relaySta
 			if by == PartitionByTenant {
 				hash = tenantHash
 			}
-			mode["partition"] = fmt.Sprintf("\n          AND %s BETWEEN $8::int4 AND $9::int4", hash)
-			ownArgs += 2
+			mode["partition"] = "\n          AND " + hash + " BETWEEN @part_lo::int4 AND @part_hi::int4"
 		}
 		if fenced {
-			cte := lease.FenceTemplate(ownArgs + 1)
-			mode["fence,"], mode["with fence"], mode["fenced"] = cte+", ", "WITH "+cte+"\n",
+			mode["fence,"], mode["with fence"], mode["fenced"] = "{relay_fence}, ", "WITH {relay_fence}\n",
 				" AND EXISTS (SELECT 1 FROM fence)"
 			if claim {
-				mode["takeover"] = " OR o.lease_owner <> $3"
+				mode["takeover"] = " OR o.lease_owner <> @owner"
 			}
 		}
-		*field, err = statements.Expand(name, mode, q.idents)
+		var text string
+		if text, err = statements.Expand(name, mode, q.idents); err == nil {
+			*field, err = sqlfile.Bind[relayRow](text)
+		}
 	}
-	build(&st.claim, "claim", 7, true)
-	build(&st.mark, "mark", 3, false)
-	build(&st.markDedup, "mark", 3, false, "on conflict", "\nON CONFLICT (message_id, topic, tenant_id) DO NOTHING")
-	build(&st.fail, "fail", 4, false)
-	build(&st.release, "release", 4, false)
-	build(&st.unreachable, "unreachable", 4, false)
-	build(&st.extend, "extend", 3, false)
-	build(&st.deadLetter, "dead_letter", 7, false)
+	build(&st.claim, "claim", true)
+	build(&st.mark, "mark", false)
+	build(&st.markDedup, "mark", false, "on conflict", "\nON CONFLICT (message_id, topic, tenant_id) DO NOTHING")
+	build(&st.fail, "fail", false)
+	build(&st.release, "release", false)
+	build(&st.unreachable, "unreachable", false)
+	build(&st.extend, "extend", false)
+	build(&st.deadLetter, "dead_letter", false)
 	return st, err
 }

@@ -200,7 +200,7 @@ func hotName(q string) string {
 		return "stage" // before the append: the staging statement reads positions from the events table
 	case strings.Contains(q, `INSERT INTO`) && strings.Contains(q, `"events"`):
 		return "append"
-	case strings.Contains(q, `UPDATE`) && strings.Contains(q, `lease_owner = $3`):
+	case strings.Contains(q, `UPDATE`) && strings.Contains(q, `SET lease_owner = $`) && strings.Contains(q, `heads AS`):
 		return "claim"
 	case strings.Contains(q, `INSERT INTO`) && strings.Contains(q, `"outbox_sent"`):
 		return "mark"

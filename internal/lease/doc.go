@@ -14,8 +14,9 @@
 //   - CheckTx is the fenced-write check, run inside the caller's transaction: it locks the lease row FOR SHARE and
 //     compares token and owner. While the lock is held no takeover can commit, and after a takeover the check
 //     fails, so a zombie holder (paused, partitioned, or slow to notice the loss) can never commit a fenced write
-//     after its successor started. This is what makes a checkpoint advance exactly-once. FenceTemplate is the same
-//     check as a CTE to join into the fenced write itself (one round trip instead of two).
+//     after its successor started. This is what makes a checkpoint advance exactly-once. The statements of log
+//     followers and relays carry the same check as a CTE joined into the fenced write itself (one round trip
+//     instead of two).
 //   - Manager.Run is the runner: it contends for the lease every AcquireInterval, runs the leader's work with a
 //     context that is cancelled (context.Cause matching ErrLost) when the lease is lost or cannot be renewed for a
 //     whole TTL, renews every RenewInterval in the background, and releases the lease when the work returns. It

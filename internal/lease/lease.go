@@ -230,16 +230,6 @@ func checkTx(ctx context.Context, tx DB, check sqlfile.Named[row], l Lease) erro
 	return nil
 }
 
-// FenceTemplate is a WITH item named fence, as template text for a caller that writes its statements out itself
-// (package sqlfile), with positional arguments numbered from firstArg (the lease's name, owner and token): fence
-// yields one row, and locks the lease row FOR SHARE until the transaction ends, only while the lease is still the
-// writer's. Join it into the write (UPDATE ... FROM fence), and when the write matches no row call CheckTx to tell
-// a fenced-out writer from another cause. The leases table is the marker {leases}.
-func FenceTemplate(firstArg int) string {
-	return fmt.Sprintf(`fence AS (SELECT 1 FROM {leases} WHERE name = $%d AND owner = $%d AND token = $%d FOR SHARE)`,
-		firstArg, firstArg+1, firstArg+2)
-}
-
 // Fenceable says why the current session could not fence writes with the leases of schema: the leases table is
 // missing (the migrations were not run), the role cannot lock its rows (FOR SHARE needs SELECT and UPDATE), or the
 // session is read-only (a hot standby, or default_transaction_read_only), where no lease can be taken. "" when it

@@ -53,7 +53,7 @@ func statement(schema, name string) (sqlfile.Named[row], error) {
 	}
 	text, err := sqlSet.Expand(name, nil, map[string]string{"leases": leasesTable(schema)})
 	if err != nil {
-		return sqlfile.Named[row]{}, fmt.Errorf("lease: write statement %s: %w", name, err)
+		return sqlfile.Named[row]{}, fmt.Errorf("stagehand: write the lease statement %s: %w", name, err)
 	}
 	return sqlfile.Bind[row](text)
 }

@@ -74,7 +74,7 @@ func checkpointStatement(schema, name string) (sqlfile.Named[checkpoint], error)
 		"leases": pgx.Identifier{schema, "leases"}.Sanitize()}
 	text, err := sqlSet.Expand(name, nil, idents)
 	if err != nil {
-		return sqlfile.Named[checkpoint]{}, fmt.Errorf("logfollow: write statement %s: %w", name, err)
+		return sqlfile.Named[checkpoint]{}, fmt.Errorf("stagehand: write the checkpoint statement %s: %w", name, err)
 	}
 	return sqlfile.Bind[checkpoint](text)
 }

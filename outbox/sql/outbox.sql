@@ -155,9 +155,15 @@ DELETE FROM {outbox} WHERE id = ANY (ARRAY(
         WHERE o.message_id = k.message_id AND o.topic = k.topic AND o.tenant_id = k.tenant_id
         LIMIT 1) o))
 
+-- The fence of a leader-elected relay's writes: one row, the lease row locked FOR SHARE until the transaction
+-- ends, only while the relay's term still holds the lease (see lease.CheckTx).
+-- fragment: relay_fence
+fence AS (SELECT 1 FROM {leases} WHERE name = @fence_name::text AND owner = @fence_owner::text
+          AND token = @fence_token::bigint FOR SHARE)
+
 -- Claim: due, unleased rows that are the first pending message of their key (or unordered), oldest first,
--- skipping rows another relay is claiming. For the first $7 of those heads, also the (parked) messages that
--- follow it in its key, up to $6 per key, so a relay delivers a key's run in order without a claim (and a
+-- skipping rows another relay is claiming. For the first @run_heads of those heads, also the (parked) messages
+-- that follow it in its key, up to @run_length per key, so a relay delivers a key's run in order without a claim (and a
 -- promotion) per message. The batch is filled head by head, each with its run. The head check guards order
 -- even if a row were wrongly unparked. Rows are updated by ctid (a TID scan, no join); a row moved by a
 -- concurrent update is followed to its new version. Lease updates touch no indexed column (HOT).
@@ -173,14 +179,14 @@ WITH {fence,}heads AS (
     FROM (
         SELECT o.ctid, o.tenant_id, o.partition_key, o.seq, o.next_attempt_at
         FROM {outbox} o
-        WHERE o.next_attempt_at <= $1 AND o.next_attempt_at < 'infinity'
-          AND (o.lease_expires_at IS NULL OR o.lease_expires_at <= $1{takeover})
-          AND ($5::text[] IS NULL OR o.topic = ANY($5)){partition}{fenced}
+        WHERE o.next_attempt_at <= @now::timestamptz AND o.next_attempt_at < 'infinity'
+          AND (o.lease_expires_at IS NULL OR o.lease_expires_at <= @now::timestamptz{takeover})
+          AND (@topics::text[] IS NULL OR o.topic = ANY(@topics)){partition}{fenced}
           AND (o.seq IS NULL OR (
               o.seq = {key_head tenant=o.tenant_id key=o.partition_key}
               AND coalesce({key_hold tenant=o.tenant_id key=o.partition_key} >= o.seq, true)))
         ORDER BY o.next_attempt_at
-        LIMIT $2
+        LIMIT @limit::int
         FOR UPDATE SKIP LOCKED
     ) o
 ), tails AS (
@@ -190,9 +196,9 @@ WITH {fence,}heads AS (
         FROM {outbox} p
         WHERE p.tenant_id = h.tenant_id AND p.partition_key = h.partition_key AND p.seq > h.seq
         ORDER BY p.seq
-        LIMIT $6
+        LIMIT @run_length::int
     ) t
-    WHERE h.seq IS NOT NULL AND h.hn <= $7
+    WHERE h.seq IS NOT NULL AND h.hn <= @run_heads::int
 ), picked AS (
     SELECT ctid FROM (
         SELECT ctid, hn, 0::bigint AS rank FROM heads
@@ -200,9 +206,9 @@ WITH {fence,}heads AS (
         SELECT ctid, hn, rank FROM tails
     ) c
     ORDER BY hn, rank
-    LIMIT $2
+    LIMIT @limit::int
 )
-UPDATE {outbox} o SET lease_owner = $3, lease_expires_at = $4
+UPDATE {outbox} o SET lease_owner = @owner::text, lease_expires_at = @claim_until::timestamptz
 WHERE o.ctid = ANY (ARRAY(SELECT ctid FROM picked))
 RETURNING o.id, o.message_id, o.topic, o.message_type, o.payload, o.metadata, o.tenant_id, o.correlation_id,
     o.causation_id, o.partition_key, o.seq, o.attempts, o.created_at, o.scheduled_at
@@ -219,47 +225,47 @@ WHERE next_attempt_at > $1 AND next_attempt_at < 'infinity' AND ($2::text[] IS N
 -- mark), and a speculative insertion per row cost the mark a quarter of its time (12 against 15-19 µs a row).
 -- name: mark
 WITH {fence,}done AS (
-    DELETE FROM {outbox} WHERE id = ANY($1) AND lease_owner = $2{fenced}
+    DELETE FROM {outbox} WHERE id = ANY(@ids::bigint[]) AND lease_owner = @owner::text{fenced}
     RETURNING message_id, tenant_id, topic, message_type, source_position, attempts, created_at
 )
 INSERT INTO {sent} (message_id, tenant_id, topic, message_type, source_position, attempts, created_at, sent_at)
-SELECT message_id, tenant_id, topic, message_type, source_position, attempts + 1, created_at, $3 FROM done{on conflict}
+SELECT message_id, tenant_id, topic, message_type, source_position, attempts + 1, created_at, @now::timestamptz FROM done{on conflict}
 
 -- Fail: count a rejected attempt and back the row off.
 -- name: fail
-{with fence}UPDATE {outbox} SET attempts = attempts + 1, last_error = $3, next_attempt_at = $4,
+{with fence}UPDATE {outbox} SET attempts = attempts + 1, last_error = @error::text, next_attempt_at = @next_attempt_at::timestamptz,
     lease_owner = NULL, lease_expires_at = NULL
-WHERE id = $1 AND lease_owner = $2{fenced}
+WHERE id = @id::bigint AND lease_owner = @owner::text{fenced}
 
--- Release: give rows back without counting an attempt (never delivered, relay closing). The rows in $3 are
+-- Release: give rows back without counting an attempt (never delivered, relay closing). The rows in @first_ids are
 -- the first this relay released of their key: they are made due (they may still be parked, since the relay
 -- promotes a key's next message only when its run ends).
 -- name: release
 {with fence}UPDATE {outbox} SET lease_owner = NULL, lease_expires_at = NULL,
-    next_attempt_at = CASE WHEN id = ANY($3) AND next_attempt_at = 'infinity' THEN $4 ELSE next_attempt_at END
-WHERE id = ANY($1) AND lease_owner = $2{fenced}
+    next_attempt_at = CASE WHEN id = ANY(@first_ids::bigint[]) AND next_attempt_at = 'infinity' THEN @now::timestamptz ELSE next_attempt_at END
+WHERE id = ANY(@ids::bigint[]) AND lease_owner = @owner::text{fenced}
 
 -- Unreachable: like release (of the first row of its key's run: made due), but remember why the row is still
 -- pending.
 -- name: unreachable
-{with fence}UPDATE {outbox} SET lease_owner = NULL, lease_expires_at = NULL, last_error = $3,
-    next_attempt_at = CASE WHEN next_attempt_at = 'infinity' THEN $4 ELSE next_attempt_at END
-WHERE id = $1 AND lease_owner = $2{fenced}
+{with fence}UPDATE {outbox} SET lease_owner = NULL, lease_expires_at = NULL, last_error = @error::text,
+    next_attempt_at = CASE WHEN next_attempt_at = 'infinity' THEN @now::timestamptz ELSE next_attempt_at END
+WHERE id = @id::bigint AND lease_owner = @owner::text{fenced}
 
 -- name: extend
-{with fence}UPDATE {outbox} SET lease_expires_at = $3 WHERE id = ANY($1) AND lease_owner = $2{fenced}
+{with fence}UPDATE {outbox} SET lease_expires_at = @until::timestamptz WHERE id = ANY(@ids::bigint[]) AND lease_owner = @owner::text{fenced}
 
--- Dead letter: move the row, with its last error and that error's type ($6) and signature ($7), in one statement.
+-- Dead letter: move the row, with its last error and that error's type and signature, in one statement.
 -- name: dead_letter
 WITH {fence,}gone AS (
-    DELETE FROM {outbox} WHERE id = $1 AND lease_owner = $2{fenced} RETURNING *
+    DELETE FROM {outbox} WHERE id = @id::bigint AND lease_owner = @owner::text{fenced} RETURNING *
 )
 INSERT INTO {dead} (message_id, tenant_id, message_type, topic, payload, metadata, correlation_id, causation_id,
     partition_key, seq, source_position, scheduled_at, attempts, last_error, holds_key, created_at, dead_at,
     error_type, error_signature)
 SELECT message_id, tenant_id, message_type, topic, payload, metadata, correlation_id, causation_id,
-    partition_key, seq, source_position, scheduled_at, attempts + 1, $3, seq IS NOT NULL AND $4, created_at, $5,
-    $6, $7
+    partition_key, seq, source_position, scheduled_at, attempts + 1, @error::text, seq IS NOT NULL AND @holds_key::bool, created_at, @now::timestamptz,
+    @error_type::text, @error_signature::text
 FROM gone
 
 -- Lock keys without waiting ($1: keyLock of each key): a key whose lock a staging transaction holds is
