@@ -23,7 +23,9 @@ const (
 )
 
 // IsLifecycleMarker reports whether an event type is one of the store's own lifecycle markers.
-func IsLifecycleMarker(eventType string) bool { return strings.HasPrefix(eventType, LifecycleTypePrefix) }
+func IsLifecycleMarker(eventType string) bool {
+	return strings.HasPrefix(eventType, LifecycleTypePrefix)
+}
 
 // StreamState is where a stream is in its lifecycle.
 type StreamState string
@@ -45,7 +47,9 @@ const (
 )
 
 // Done reports whether the state is final for its operation (an archive or a deletion whose events have moved).
-func (s StreamState) Done() bool { return s == StreamActive || s == StreamArchived || s == StreamDeleted }
+func (s StreamState) Done() bool {
+	return s == StreamActive || s == StreamArchived || s == StreamDeleted
+}
 
 // LifecycleRequest names the stream to archive or delete, and records who asks and why.
 type LifecycleRequest struct {
