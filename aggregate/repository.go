@@ -148,7 +148,9 @@ func (r *Repository[A]) New(id string) A {
 }
 
 // Load rebuilds the aggregate from its latest snapshot (when enabled) and the events after it, for the tenant in
-// ctx. A stream with no events returns an error matching ErrNotFound.
+// ctx. A stream with no events returns an error matching ErrNotFound. An archived stream loads from the archive
+// (see eventstore.LifecycleStore); a deleted one returns an error matching ErrNotFound and
+// eventstore.ErrStreamDeleted.
 //
 // A snapshot is trusted only when the stream's event at the snapshot's version exists and was recorded no later
 // than the snapshot: a snapshot ahead of its stream (however it got there) or older than the event it claims to
@@ -216,6 +218,10 @@ func (r *Repository[A]) load(ctx context.Context, src streamReader, id string) (
 	if !fromSnapshot {
 		var err error
 		records, err = src.ReadStream(ctx, tenant, id, 1)
+		if errors.Is(err, eventstore.ErrStreamDeleted) {
+			// Also eventstore.ErrStreamNotFound; the store's error says when it was deleted.
+			return zero, fmt.Errorf("%w: %s %q (tenant %q): %w", ErrNotFound, r.typ.name, id, tenant, err)
+		}
 		if errors.Is(err, eventstore.ErrStreamNotFound) {
 			return zero, fmt.Errorf("%w: %s %q (tenant %q) (%w)", ErrNotFound, r.typ.name, id, tenant,
 				eventstore.ErrStreamNotFound)
@@ -283,7 +289,9 @@ func (r *Repository[A]) DropSnapshot(ctx context.Context, id string) error {
 // expected version, for the tenant in ctx. A concurrent change returns an error matching
 // eventstore.ErrConcurrencyConflict and stores nothing; reload and retry (or use Update). A new aggregate (from
 // New, never saved) whose stream already exists returns an *AlreadyExistsError (ErrAlreadyExists, which also
-// matches eventstore.ErrConcurrencyConflict). Saving an aggregate without changes does nothing.
+// matches eventstore.ErrConcurrencyConflict). Saving an aggregate without changes does nothing. A save to an
+// archived or deleted stream stores nothing and returns an error matching eventstore.ErrStreamArchived (an
+// *eventstore.StreamArchivedError) or eventstore.ErrStreamDeleted, never a conflict: Update does not retry it.
 //
 // A save with changes is traced as one stagehand.save span (append and staging), whose span context is written
 // into the metadata of the saved events (traceparent, tracestate) so staging done later continues the trace.

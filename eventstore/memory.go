@@ -27,6 +27,9 @@ type MemoryStore struct {
 	log       []Record
 	eventIDs  map[uuid.UUID]struct{}
 	snapshots map[streamKey]Snapshot
+	// lifecycle holds the archived and deleted streams; tombs the log indexes of deleted events.
+	lifecycle map[streamKey]*StreamLifecycle
+	tombs     map[int]bool
 }
 
 type streamKey struct{ tenant, id string }
@@ -47,6 +50,8 @@ func NewMemory(cfg *MemoryConfig) *MemoryStore {
 		streams:   map[streamKey]*memStream{},
 		eventIDs:  map[uuid.UUID]struct{}{},
 		snapshots: map[streamKey]Snapshot{},
+		lifecycle: map[streamKey]*StreamLifecycle{},
+		tombs:     map[int]bool{},
 	}
 }
 
@@ -63,6 +68,9 @@ func (m *MemoryStore) Append(ctx context.Context, req AppendRequest) (AppendResu
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	key := streamKey{req.Tenant, req.StreamID}
+	if lc := m.lifecycle[key]; lc != nil {
+		return AppendResult{}, lifecycleError(*lc)
+	}
 	st := m.streams[key]
 	var current int64
 	if st != nil {
@@ -91,7 +99,7 @@ func (m *MemoryStore) Append(ctx context.Context, req AppendRequest) (AppendResu
 	}
 	if st == nil {
 		st = &memStream{info: StreamInfo{Tenant: req.Tenant, StreamID: req.StreamID, StreamType: req.StreamType,
-			CreatedAt: now}}
+			CreatedAt: now, State: StreamActive}}
 		m.streams[key] = st
 	}
 	res := AppendResult{Records: make([]Record, 0, len(req.Events))}
@@ -134,9 +142,12 @@ func (m *MemoryStore) ReadStream(ctx context.Context, tenant, streamID string, f
 	if st == nil {
 		return nil, fmt.Errorf("%w: %q (tenant %q)", ErrStreamNotFound, streamID, tenant)
 	}
+	if lc := m.lifecycle[streamKey{tenant, streamID}]; lc != nil && lc.State == StreamDeleted {
+		return nil, lifecycleError(*lc)
+	}
 	var out []Record
 	for _, i := range st.records {
-		if m.log[i].Version >= fromVersion {
+		if m.log[i].Version >= fromVersion && !IsLifecycleMarker(m.log[i].Type) {
 			out = append(out, copyRecord(m.log[i]))
 		}
 	}
@@ -160,7 +171,7 @@ func (m *MemoryStore) ReadLog(ctx context.Context, q LogQuery) (LogPage, error) 
 	end := min(int64(len(m.log)), q.After+int64(q.limit()))
 	for i := q.After; i < end; i++ {
 		r := &m.log[i]
-		if q.matches(r) {
+		if q.passes(r, m.tombs[int(i)]) {
 			page.Records = append(page.Records, copyRecord(*r))
 		}
 		page.Last = r.Position
@@ -190,6 +201,14 @@ func (m *MemoryStore) Stream(ctx context.Context, tenant, streamID string) (Stre
 	if st == nil {
 		return StreamInfo{Tenant: tenant, StreamID: streamID},
 			fmt.Errorf("%w: %q (tenant %q)", ErrStreamNotFound, streamID, tenant)
+	}
+	if lc := m.lifecycle[streamKey{tenant, streamID}]; lc != nil {
+		if lc.State == StreamDeleted {
+			return StreamInfo{Tenant: tenant, StreamID: streamID}, lifecycleError(*lc)
+		}
+		info := st.info
+		info.State = lc.State
+		return info, nil
 	}
 	return st.info, nil
 }

@@ -55,6 +55,11 @@ func (s *PostgresStore) withActual(ctx context.Context, c *ConflictError, req Ap
 // committed version read on the pool. Call it only once the failed append's transaction has ended.
 func (s *PostgresStore) withCurrent(ctx context.Context, err error, req AppendRequest) error {
 	var c *ConflictError
+	if errors.As(err, &c) && c.Reason == "" {
+		if lerr := s.lifecycleConflict(ctx, s.pool, AppendRequest{Tenant: c.Tenant, StreamID: c.StreamID}); lerr != nil {
+			return lerr
+		}
+	}
 	if errors.As(err, &c) && c.Actual == -1 {
 		req.Tenant = c.Tenant // as prepared: the default tenant filled in
 		s.withActual(ctx, c, req)

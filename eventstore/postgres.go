@@ -98,6 +98,8 @@ type PostgresStore struct {
 
 type tables struct {
 	events, snapshots, streams, archives string
+	// lifecycle and streamArchive are the stream lifecycle's tables (see LifecycleStore).
+	lifecycle, streamArchive string
 }
 
 // NewPostgres returns a store on pool. It does not create tables: run stagehand.Migrate first. The pool is not
@@ -114,10 +116,12 @@ func NewPostgres(pool *pgxpool.Pool, cfg *PostgresConfig) (*PostgresStore, error
 		pool: pool,
 		cfg:  c,
 		t: tables{
-			events:    pgx.Identifier{c.Schema, "events"}.Sanitize(),
-			snapshots: pgx.Identifier{c.Schema, "snapshots"}.Sanitize(),
-			streams:   pgx.Identifier{c.Schema, "event_streams"}.Sanitize(),
-			archives:  pgx.Identifier{c.Schema, "event_archives"}.Sanitize(),
+			events:        pgx.Identifier{c.Schema, "events"}.Sanitize(),
+			snapshots:     pgx.Identifier{c.Schema, "snapshots"}.Sanitize(),
+			streams:       pgx.Identifier{c.Schema, "event_streams"}.Sanitize(),
+			archives:      pgx.Identifier{c.Schema, "event_archives"}.Sanitize(),
+			lifecycle:     pgx.Identifier{c.Schema, "stream_lifecycle"}.Sanitize(),
+			streamArchive: pgx.Identifier{c.Schema, "stream_archive"}.Sanitize(),
 		},
 		channel: pgnotify.Channel(c.Schema, "events"),
 	}
@@ -263,6 +267,11 @@ func (s *PostgresStore) appendBy(ctx context.Context, db dbtx, req AppendRequest
 		}
 		if err != nil {
 			err = s.translate(err, req)
+			if errors.Is(err, ErrConcurrencyConflict) && lookup != nil {
+				if lerr := s.lifecycleConflict(ctx, lookup, req); lerr != nil {
+					return AppendResult{}, lerr // archived or deleted: no retry can succeed
+				}
+			}
 			// Two AnyVersion/StreamExists appends read the same current version; the loser retries. An exact
 			// expectation that lost is a real conflict.
 			if errors.Is(err, ErrConcurrencyConflict) && (req.Expected == AnyVersion ||
@@ -474,6 +483,11 @@ func (s *PostgresStore) buildAppendSQL(expected ExpectedVersion, l layout, parti
 		base = `(SELECT v.version FROM ` + s.t.events +
 			` v WHERE v.tenant_id = $1 AND v.stream_id = $2 AND v.version = $10::bigint)`
 	}
+	// An archived or deleted stream takes no appends: its lifecycle row makes the base NULL, so the statement fails
+	// as a failed version check does, and the store reports the stream's state (lifecycleConflict). One probe of a
+	// table that holds only archived and deleted streams.
+	base = `(CASE WHEN EXISTS (SELECT 1 FROM ` + s.t.lifecycle + ` WHERE tenant_id = $1 AND stream_id = $2) THEN NULL
+		ELSE ` + base + ` END)`
 	insert := `INSERT INTO ` + s.t.events + ` (tenant_id, stream_id, stream_type, version, event_id, event_type,
 			payload, event_version, metadata, occurred_at)`
 	switch l {
@@ -586,13 +600,17 @@ func (s *PostgresStore) ReadStream(ctx context.Context, tenant, streamID string,
 // Stream implements Store.
 func (s *PostgresStore) Stream(ctx context.Context, tenant, streamID string) (StreamInfo, error) {
 	tenant = tenantOrDefault(tenant)
-	info := StreamInfo{Tenant: tenant, StreamID: streamID}
-	err := s.pool.QueryRow(ctx, `SELECT l.stream_type, l.version, f.recorded_at, l.recorded_at
-		FROM (SELECT stream_type, version, recorded_at FROM `+s.t.events+`
+	info := StreamInfo{Tenant: tenant, StreamID: streamID, State: StreamActive}
+	var lastType string
+	err := s.pool.QueryRow(ctx, `SELECT l.stream_type, l.version, l.event_type, f.recorded_at, l.recorded_at
+		FROM (SELECT stream_type, version, event_type, recorded_at FROM `+s.t.events+`
 			WHERE tenant_id = $1 AND stream_id = $2 ORDER BY version DESC LIMIT 1) l,
 		     (SELECT recorded_at FROM `+s.t.events+`
 			WHERE tenant_id = $1 AND stream_id = $2 ORDER BY version LIMIT 1) f`, tenant, streamID).
-		Scan(&info.StreamType, &info.Version, &info.CreatedAt, &info.UpdatedAt)
+		Scan(&info.StreamType, &info.Version, &lastType, &info.CreatedAt, &info.UpdatedAt)
+	if err == nil && IsLifecycleMarker(lastType) {
+		return s.movedStream(ctx, tenant, streamID)
+	}
 	if errors.Is(err, pgx.ErrNoRows) {
 		if _, err := s.readStream(ctx, s.pool, tenant, streamID, 1, 1); err != nil {
 			return info, err // not found, or archived

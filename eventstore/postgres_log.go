@@ -74,23 +74,34 @@ type rawPage struct {
 
 func (p *rawPage) highest() int64 { return p.recs[len(p.recs)-1].Position }
 
+// logSource is the global log as readers see it: the events table and the events archived or deleted stream by
+// stream (stream_archive, see LifecycleStore), which keep their positions there; gone is true for a deleted event's
+// tombstone. PostgreSQL flattens the union and merges the two tables' position indexes, so a page still walks
+// positions in order and stops at its limit.
+func (s *PostgresStore) logSource() string {
+	cols := `position, tenant_id, stream_id, stream_type, version, event_id, event_type, event_version, payload,
+		metadata, occurred_at, recorded_at`
+	return `(SELECT ` + cols + `, false AS gone FROM ` + s.t.events + ` UNION ALL SELECT ` + cols +
+		`, payload IS NULL FROM ` + s.t.streamArchive + `)`
+}
+
 func (s *PostgresStore) readPage(ctx context.Context, q LogQuery, limit int) (rawPage, error) {
 	filtered := len(q.EventTypes) > 0 || len(q.StreamTypes) > 0 || len(q.Tenants) > 0
 	var rows pgx.Rows
 	var err error
 	if !filtered {
-		rows, err = s.pool.Query(ctx, `SELECT true, position, tenant_id, stream_id, stream_type, version, event_id,
-				event_type, event_version, payload, metadata, occurred_at, recorded_at
-			FROM `+s.t.events+` WHERE position > $1 ORDER BY position LIMIT $2`, q.After, limit)
+		rows, err = s.pool.Query(ctx, `SELECT true, gone, position, tenant_id, stream_id, stream_type, version,
+				event_id, event_type, event_version, payload, metadata, occurred_at, recorded_at
+			FROM `+s.logSource()+` e WHERE position > $1 ORDER BY position LIMIT $2`, q.After, limit)
 	} else {
 		// Filtered-out rows still come back (position only), so gaps are judged on every position and the
 		// payload of rows nobody asked for never crosses the wire.
 		match := `($3::text[] IS NULL OR event_type = ANY($3)) AND ($4::text[] IS NULL OR stream_type = ANY($4))
 			AND ($5::text[] IS NULL OR tenant_id = ANY($5))`
-		rows, err = s.pool.Query(ctx, `SELECT m, position, tenant_id, stream_id, stream_type, version, event_id,
-				event_type, event_version, CASE WHEN m THEN payload END, CASE WHEN m THEN metadata END,
+		rows, err = s.pool.Query(ctx, `SELECT m, gone, position, tenant_id, stream_id, stream_type, version,
+				event_id, event_type, event_version, CASE WHEN m THEN payload END, CASE WHEN m THEN metadata END,
 				occurred_at, recorded_at
-			FROM (SELECT e.*, (`+match+`) AS m FROM `+s.t.events+` e WHERE position > $1
+			FROM (SELECT e.*, (`+match+`) AS m FROM `+s.logSource()+` e WHERE position > $1
 				ORDER BY position LIMIT $2) p
 			ORDER BY position`,
 			q.After, limit, nilIfEmpty(q.EventTypes), nilIfEmpty(q.StreamTypes), nilIfEmpty(q.Tenants))
@@ -107,12 +118,24 @@ func (s *PostgresStore) readPage(ctx context.Context, q LogQuery, limit int) (ra
 	for rows.Next() {
 		page.recs = append(page.recs, Record{})
 		r := &page.recs[len(page.recs)-1]
-		var m bool
-		if err := rows.Scan(&m, &r.Position, &r.Tenant, &r.StreamID, &r.StreamType, &r.Version, &r.EventID,
+		var m, gone bool
+		if err := rows.Scan(&m, &gone, &r.Position, &r.Tenant, &r.StreamID, &r.StreamType, &r.Version, &r.EventID,
 			&r.Type, &r.TypeVersion, &r.Payload, &meta, &r.OccurredAt, &r.RecordedAt); err != nil {
 			return rawPage{}, fmt.Errorf("eventstore: read log after %d: %w", q.After, err)
 		}
-		if filtered {
+		if gone || IsLifecycleMarker(r.Type) {
+			// A tombstone or a marker: passed over, but for deletion markers a query asks for.
+			if m = q.passes(r, gone); m && r.Payload == nil {
+				r.Payload = []byte(`{}`) // a marker's payload, not fetched by the filtered query
+			}
+			if !m && page.match == nil {
+				page.match = make([]bool, len(page.recs)-1, cap(page.recs))
+				for i := range page.match {
+					page.match[i] = true
+				}
+			}
+		}
+		if page.match != nil {
 			page.match = append(page.match, m)
 		}
 		if err := finishRecord(r, meta); err != nil {

@@ -97,6 +97,9 @@ func (s *PostgresStore) appendPipelined(ctx context.Context, req AppendRequest, 
 		if !inserted {
 			err = s.translate(err, req)
 			if errors.Is(err, ErrConcurrencyConflict) {
+				if lerr := s.lifecycleConflict(ctx, s.pool, req); lerr != nil {
+					return AppendResult{}, lerr
+				}
 				var c *ConflictError
 				if errors.As(err, &c) {
 					return AppendResult{}, s.withActual(ctx, c, req)

@@ -51,6 +51,10 @@ func (s *PostgresStore) readStreamAs(ctx context.Context, db dbtx, partitioned b
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("eventstore: read stream %q: %w", streamID, err)
 	}
+	if n := len(out); n > 0 && IsLifecycleMarker(out[n-1].Type) {
+		// Archived or deleted (see LifecycleStore): markers are never returned.
+		return s.readMoved(ctx, db, tenant, streamID, fromVersion, limit, out)
+	}
 	first := max(fromVersion, 1)
 	if len(out) > 0 && out[0].Version > first {
 		// Versions first..out[0].Version-1 are not stored: archived (or removed by hand, when nothing is).

@@ -109,6 +109,10 @@ type LogQuery struct {
 	// Tenants, when not empty, keeps only events of these tenants. A blank tenant ("" or whitespace) is
 	// stagehand.NoTenant, as everywhere a tenant is taken.
 	Tenants []string
+	// Deletions, when set, also returns the marker of each stream deletion (Type StreamDeletedType, at the position
+	// of the deletion; see LifecycleStore) whose stream passes StreamTypes and Tenants, whatever EventTypes says.
+	// Without it, markers are passed over like the tombstones of deleted events always are.
+	Deletions bool
 }
 
 // LogPage is a page of the global log.
@@ -142,6 +146,9 @@ type StreamInfo struct {
 	Version    int64
 	CreatedAt  time.Time
 	UpdatedAt  time.Time
+	// State is StreamActive, or StreamArchiving or StreamArchived for an archived stream (whose Version is its last
+	// event's). A deleted stream has no StreamInfo: Stream returns a *StreamDeletedError.
+	State StreamState
 }
 
 // Store is an event store. Implementations must pass the conformance suite in eventstoretest.

@@ -36,6 +36,10 @@ func prepare(req AppendRequest, now time.Time) (AppendRequest, error) {
 		if err := checkEvent(req.StreamID, i, e); err != nil {
 			return req, err
 		}
+		if IsLifecycleMarker(e.Type) {
+			return req, fmt.Errorf("%w: event %d of stream %q: type %q: types starting with %q are reserved for the "+
+				"store's lifecycle markers", ErrInvalidAppend, i, req.StreamID, e.Type, LifecycleTypePrefix)
+		}
 		if e.EventID == uuid.Nil {
 			id, err := uuid.NewV7()
 			if err != nil {

@@ -21,6 +21,7 @@ type Mux struct {
 	mu       sync.RWMutex
 	handlers map[reflect.Type]func(ctx context.Context, tx pgx.Tx, e Event) error
 	reset    func(ctx context.Context, tx pgx.Tx) error
+	deleted  func(ctx context.Context, tx pgx.Tx, e Event) error
 }
 
 // NewMux returns an empty Mux whose events are decoded with reg.
@@ -78,4 +79,29 @@ func (m *Mux) Reset(ctx context.Context, tx pgx.Tx) error {
 		return nil
 	}
 	return fn(ctx, tx)
+}
+
+// OnStreamDeleted sets the function called when a stream the projection follows is deleted (see StreamDeleter).
+// Set it before the projection is created: a projection asks the log for deletions only when its Mux has one.
+func (m *Mux) OnStreamDeleted(fn func(ctx context.Context, tx pgx.Tx, e Event) error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.deleted = fn
+}
+
+func (m *Mux) deletes() bool {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	return m.deleted != nil
+}
+
+// StreamDeleted implements StreamDeleter with the function set by OnStreamDeleted (nothing when none is set).
+func (m *Mux) StreamDeleted(ctx context.Context, tx pgx.Tx, e Event) error {
+	m.mu.RLock()
+	fn := m.deleted
+	m.mu.RUnlock()
+	if fn == nil {
+		return nil
+	}
+	return fn(ctx, tx, e)
 }

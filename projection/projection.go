@@ -48,6 +48,17 @@ type Resetter interface {
 	Reset(ctx context.Context, tx pgx.Tx) error
 }
 
+// StreamDeleter is implemented by handlers whose read model keeps data of streams that may be deleted
+// (eventstore.LifecycleStore.DeleteStream). StreamDeleted is called, in log order, at the position of each deletion
+// of a stream the projection follows (its StreamTypes and Tenants filters apply, EventTypes does not), on the
+// transaction that moves the checkpoint: delete the stream's rows there. e.Record names the stream (Tenant,
+// StreamID, StreamType) and its Type is eventstore.StreamDeletedType; e.Data is nil. A projection rebuilt after the
+// deletion never sees the stream's events (the log passes over their tombstones) and is still called. Handlers that
+// do not implement it are not called for deletions; Handle never receives a deletion.
+type StreamDeleter interface {
+	StreamDeleted(ctx context.Context, tx pgx.Tx, e Event) error
+}
+
 // HandlerError is returned by Run when an event failed MaxAttempts times under the Stop failure mode (or failed
 // for good at once: an event that cannot be decoded). It matches errors.Is(err, ErrHandler), and unwraps to the
 // handler's last error.
@@ -133,7 +144,7 @@ func New(pool *pgxpool.Pool, store eventstore.Store, h Handler, cfg *Config) (*P
 	for i := range c.Partitions {
 		fc := &logfollow.Config{
 			Name: checkpointName(c.Name, i, c.Partitions), Kind: kind, ResetGroup: c.Name, Schema: c.Schema,
-			EventTypes: c.EventTypes, StreamTypes: c.StreamTypes, Tenants: c.Tenants,
+			EventTypes: c.EventTypes, StreamTypes: c.StreamTypes, Tenants: c.Tenants, Deletions: isDeleter(h),
 			BatchSize: c.BatchSize, PagesPerTx: c.PagesPerTx, PollInterval: c.PollInterval, DisableListen: c.DisableListen,
 			Owner: c.Owner, LeaseTTL: c.LeaseTTL, LeaseRenewInterval: c.LeaseRenewInterval,
 			LeaseAcquireInterval: c.LeaseAcquireInterval,
@@ -315,6 +326,13 @@ func (p *Projection) batchHandler(checkpoint string) logfollow.Handler {
 func (p *Projection) handle(ctx context.Context, tx pgx.Tx, recs []eventstore.Record) error {
 	for _, r := range recs {
 		e := Event{Record: r}
+		if r.Type == eventstore.StreamDeletedType {
+			if err := p.callDeleted(ctx, tx, e); err != nil {
+				return fmt.Errorf("projection %s: deletion of stream %q (tenant %q) at position %d: %w", p.cfg.Name,
+					r.StreamID, r.Tenant, r.Position, err)
+			}
+			continue
+		}
 		if p.reg != nil {
 			d, err := p.reg.Decode(r)
 			if err != nil {
@@ -336,6 +354,27 @@ func (p *Projection) callHandler(ctx context.Context, tx pgx.Tx, e Event) (err e
 		}
 	}()
 	return p.handler.Handle(ctx, tx, e)
+}
+
+func isDeleter(h Handler) bool {
+	if m, ok := h.(*Mux); ok {
+		return m.deletes()
+	}
+	_, ok := h.(StreamDeleter)
+	return ok
+}
+
+func (p *Projection) callDeleted(ctx context.Context, tx pgx.Tx, e Event) (err error) {
+	d, ok := p.handler.(StreamDeleter)
+	if !ok {
+		return nil
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("StreamDeleted panicked: %v", r)
+		}
+	}()
+	return d.StreamDeleted(ctx, tx, e)
 }
 
 // reset runs in the follower's reset transaction.

@@ -26,7 +26,8 @@ import (
 type Factory func(t *testing.T) eventstore.Store
 
 // Run runs every conformance case against stores made by newStore. Cases that need transactions run only when the
-// store implements eventstore.TransactionalStore.
+// store implements eventstore.TransactionalStore, the stream lifecycle's cases only when it implements
+// eventstore.LifecycleStore.
 func Run(t *testing.T, newStore Factory) {
 	cases := []struct {
 		name string
@@ -64,6 +65,16 @@ func Run(t *testing.T, newStore Factory) {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
 			c.fn(t, newStore(t))
+		})
+	}
+	for _, c := range lifecycleCases {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			s, ok := newStore(t).(eventstore.LifecycleStore)
+			if !ok {
+				t.Skip("the store does not implement eventstore.LifecycleStore")
+			}
+			c.fn(t, s)
 		})
 	}
 }

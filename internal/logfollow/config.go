@@ -41,6 +41,9 @@ type Config struct {
 	// EventTypes, StreamTypes and Tenants filter the log (eventstore.LogQuery); empty means all. A blank tenant is
 	// NoTenant.
 	EventTypes, StreamTypes, Tenants []string
+	// Deletions asks the log for the markers of stream deletions (eventstore.LogQuery.Deletions), which the handler
+	// then receives as records of type eventstore.StreamDeletedType.
+	Deletions bool
 	// Select, when set, keeps only the records it returns true for (partitioning by stream hash). Positions of
 	// records it drops are still passed. Default: keep all.
 	Select func(eventstore.Record) bool

@@ -168,7 +168,8 @@ type prefetched struct {
 
 func (f *Follower) readLog(ctx context.Context, after int64) (eventstore.LogPage, error) {
 	return f.store.ReadLog(ctx, eventstore.LogQuery{After: after, Limit: f.cfg.BatchSize,
-		EventTypes: f.cfg.EventTypes, StreamTypes: f.cfg.StreamTypes, Tenants: f.cfg.Tenants})
+		EventTypes: f.cfg.EventTypes, StreamTypes: f.cfg.StreamTypes, Tenants: f.cfg.Tenants,
+		Deletions: f.cfg.Deletions})
 }
 
 func (f *Follower) prefetch(ctx context.Context, after int64) *prefetched {

@@ -1,0 +1,439 @@
+package eventstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+var _ LifecycleStore = (*PostgresStore)(nil)
+
+// lifecycleWait bounds how long ArchiveStream and DeleteStream wait, between their two steps, for the transactions
+// that began before the first (see moveWhenSafe).
+const lifecycleWait = 30 * time.Second
+
+// ArchiveStream implements LifecycleStore.
+//
+// It runs in two steps. The first, one short transaction, records the stream as archiving (from then on every
+// append to it is refused) and appends the archive's marker at the stream's next version (an append racing it
+// loses on the version, as against any append, and then reports the archive). The second waits until every
+// transaction that began before the first has ended (one could still append with a view of the stream from before
+// it: a REPEATABLE READ transaction, or a statement in flight), then moves the stream's events from the events
+// table to stream_archive in one transaction, so a reader sees them in one table or the other, never in neither.
+// The wait is bounded (30 s and ctx): past it the stream stays archiving, appends refused, loads served from the
+// events table, and the error matches ErrLifecyclePending; call ArchiveStream again to move the events.
+func (s *PostgresStore) ArchiveStream(ctx context.Context, req LifecycleRequest) (StreamLifecycle, error) {
+	if err := checkLifecycleRequest(&req, "archive stream", false); err != nil {
+		return StreamLifecycle{}, err
+	}
+	return s.lifecycleOp(ctx, req, StreamArchiving)
+}
+
+// DeleteStream implements LifecycleStore, in the two steps ArchiveStream takes (see there): the first records the
+// deletion (who, when, why) and appends its marker, the second replaces the stream's events by tombstones (in
+// stream_archive, payload and metadata NULL; an archived stream's archived events lose theirs there) and deletes
+// its snapshot.
+func (s *PostgresStore) DeleteStream(ctx context.Context, req LifecycleRequest) (StreamLifecycle, error) {
+	if err := checkLifecycleRequest(&req, "delete stream", true); err != nil {
+		return StreamLifecycle{}, err
+	}
+	return s.lifecycleOp(ctx, req, StreamDeleting)
+}
+
+// Lifecycle implements LifecycleStore.
+func (s *PostgresStore) Lifecycle(ctx context.Context, tenant, streamID string) (StreamLifecycle, error) {
+	tenant = tenantOrDefault(tenant)
+	lc, found, err := s.readLifecycle(ctx, s.pool, tenant, streamID, false)
+	if err != nil || found {
+		return lc, err
+	}
+	info, err := s.Stream(ctx, tenant, streamID)
+	if err != nil {
+		return lc, err
+	}
+	return StreamLifecycle{Tenant: tenant, StreamID: streamID, StreamType: info.StreamType, State: StreamActive,
+		Version: info.Version}, nil
+}
+
+const lifecycleColumns = `stream_type, state, version, first_position, last_position, marker_position, events,
+	coalesce(archived_at, 'epoch'), coalesce(archived_by, ''), coalesce(deleted_at, 'epoch'),
+	coalesce(deleted_by, ''), coalesce(reason, '')`
+
+// readLifecycle reads a stream's lifecycle row through db (locking it when forUpdate); found is false when the
+// stream has none (it is active, or does not exist).
+func (s *PostgresStore) readLifecycle(ctx context.Context, db dbtx, tenant, streamID string, forUpdate bool) (
+	StreamLifecycle, bool, error) {
+	lc := StreamLifecycle{Tenant: tenant, StreamID: streamID}
+	q := `SELECT ` + lifecycleColumns + ` FROM ` + s.t.lifecycle + ` WHERE tenant_id = $1 AND stream_id = $2`
+	if forUpdate {
+		q += ` FOR UPDATE`
+	}
+	var state string
+	err := db.QueryRow(ctx, q, tenant, streamID).Scan(&lc.StreamType, &state, &lc.Version, &lc.FirstPosition,
+		&lc.LastPosition, &lc.MarkerPosition, &lc.Events, &lc.ArchivedAt, &lc.ArchivedBy, &lc.DeletedAt,
+		&lc.DeletedBy, &lc.Reason)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return lc, false, nil
+	}
+	if err != nil {
+		return lc, false, fmt.Errorf("eventstore: read the lifecycle of stream %q: %w", streamID, err)
+	}
+	lc.State = StreamState(state)
+	lc.ArchivedAt, lc.DeletedAt = zeroEpoch(lc.ArchivedAt), zeroEpoch(lc.DeletedAt)
+	return lc, true, nil
+}
+
+func zeroEpoch(t time.Time) time.Time {
+	if t.Unix() == 0 {
+		return time.Time{}
+	}
+	return t.UTC()
+}
+
+// lifecycleConflict returns the typed error of an append to req's stream that failed its version check when the
+// stream is archived or deleted (read through db), and nil otherwise (a plain conflict, or the state could not be
+// read).
+func (s *PostgresStore) lifecycleConflict(ctx context.Context, db dbtx, req AppendRequest) error {
+	lc, found, err := s.readLifecycle(ctx, db, tenantOrDefault(req.Tenant), req.StreamID, false)
+	if err != nil || !found {
+		return nil
+	}
+	return lifecycleError(lc)
+}
+
+// lifecycleLock is the transaction-level advisory lock that serialises the lifecycle operations of one stream.
+const lifecycleLock = `SELECT pg_advisory_xact_lock(hashtextextended('stagehand.lifecycle:' || $1 || ':' || $2 ||
+	':' || $3, 0))`
+
+// lifecycleOp runs ArchiveStream (to StreamArchiving) or DeleteStream (to StreamDeleting).
+func (s *PostgresStore) lifecycleOp(ctx context.Context, req LifecycleRequest, to StreamState) (StreamLifecycle,
+	error) {
+	lc, err := s.lifecycleMark(ctx, req, to)
+	if err != nil {
+		return lc, err
+	}
+	return s.moveWhenSafe(ctx, lc)
+}
+
+// lifecycleMark is the first step: it records the operation and appends its marker, in one transaction, and
+// returns the stream's record (already in state to, or further when a call before stopped between its steps).
+func (s *PostgresStore) lifecycleMark(ctx context.Context, req LifecycleRequest, to StreamState) (StreamLifecycle,
+	error) {
+	op := "archive"
+	if to == StreamDeleting {
+		op = "delete"
+	}
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return StreamLifecycle{}, fmt.Errorf("eventstore: %s stream %q: begin: %w", op, req.StreamID, err)
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	if _, err := tx.Exec(ctx, lifecycleLock, s.cfg.Schema, req.Tenant, req.StreamID); err != nil {
+		return StreamLifecycle{}, fmt.Errorf("eventstore: %s stream %q: lock: %w", op, req.StreamID, err)
+	}
+	lc, found, err := s.readLifecycle(ctx, tx, req.Tenant, req.StreamID, true)
+	if err != nil {
+		return lc, err
+	}
+	switch {
+	case found && lc.State == to:
+		return lc, nil // the first step is done: finish the second
+	case found && (lc.State == StreamDeleting || lc.State == StreamDeleted):
+		return lc, lifecycleError(lc)
+	case found && to == StreamArchiving: // archived already
+		return lc, lifecycleError(lc)
+	}
+	marker := StreamArchivedType
+	if to == StreamDeleting {
+		marker = StreamDeletedType
+	}
+	pos, version, streamType, err := s.appendMarker(ctx, tx, req, marker)
+	if err != nil {
+		return lc, err
+	}
+	actor := any(nilIfBlank(req.Actor))
+	if !found {
+		lc = StreamLifecycle{Tenant: req.Tenant, StreamID: req.StreamID, StreamType: streamType, Version: version - 1}
+	}
+	var at time.Time
+	if to == StreamArchiving {
+		err = tx.QueryRow(ctx, `INSERT INTO `+s.t.lifecycle+` (tenant_id, stream_id, stream_type, state, version,
+				first_position, last_position, marker_position, archived_at, archived_by, reason)
+			VALUES ($1, $2, $3, 'archiving', $4, 0, 0, $5, now(), coalesce($6, session_user), $7)
+			RETURNING archived_at, archived_by`, req.Tenant, req.StreamID, streamType, version-1, pos, actor,
+			nilIfBlank(req.Reason)).Scan(&at, &lc.ArchivedBy)
+		lc.ArchivedAt = at.UTC()
+	} else {
+		err = tx.QueryRow(ctx, `INSERT INTO `+s.t.lifecycle+` AS l (tenant_id, stream_id, stream_type, state,
+				version, first_position, last_position, marker_position, deleted_at, deleted_by, reason)
+			VALUES ($1, $2, $3, 'deleting', $4, 0, 0, $5, now(), coalesce($6, session_user), $7)
+			ON CONFLICT (tenant_id, stream_id) DO UPDATE SET state = 'deleting', marker_position = EXCLUDED.marker_position,
+				deleted_at = EXCLUDED.deleted_at, deleted_by = EXCLUDED.deleted_by, reason = EXCLUDED.reason,
+				updated_at = now()
+			RETURNING deleted_at, deleted_by`, req.Tenant, req.StreamID, streamType, version-1, pos, actor,
+			req.Reason).Scan(&at, &lc.DeletedBy)
+		lc.DeletedAt, lc.Reason = at.UTC(), req.Reason
+	}
+	if err != nil {
+		return lc, fmt.Errorf("eventstore: %s stream %q: record it: %w", op, req.StreamID, err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return lc, fmt.Errorf("eventstore: %s stream %q: commit: %w", op, req.StreamID, err)
+	}
+	lc.State, lc.MarkerPosition = to, pos
+	s.Notify() // the marker is in the log
+	return lc, nil
+}
+
+// appendMarker appends a marker of type marker at the stream's next version on tx, under a savepoint: when an
+// append wins the version first, it reads the new version and tries again. It returns the marker's position and
+// version and the stream's type. The marker does not pass the lifecycle guard of appends (it is the store's own
+// insert), and on a partitioned table the trigger moves the stream's head to it, as for any event.
+func (s *PostgresStore) appendMarker(ctx context.Context, tx pgx.Tx, req LifecycleRequest, marker string) (
+	int64, int64, string, error) {
+	lay, err := s.layout(ctx, tx)
+	if err != nil {
+		return 0, 0, "", err
+	}
+	last := `SELECT stream_type, version FROM ` + s.t.events + ` WHERE tenant_id = $1 AND stream_id = $2
+		ORDER BY version DESC LIMIT 1`
+	if lay.partitioned {
+		last = `SELECT e.stream_type, e.version FROM ` + s.t.events + ` e JOIN ` + s.t.streams + ` h
+			ON h.tenant_id = e.tenant_id AND h.stream_id = e.stream_id AND h.last_position = e.position
+			WHERE e.tenant_id = $1 AND e.stream_id = $2`
+	}
+	insert := `INSERT INTO ` + s.t.events + ` (tenant_id, stream_id, stream_type, version, event_id, event_type,
+			payload, event_version, metadata, occurred_at)
+		SELECT $1, $2, l.stream_type, l.version + 1, $3, $4, '{}', 1, '{}', now() FROM (` + last + `) l
+		RETURNING position, version, stream_type`
+	for attempt := 0; ; attempt++ {
+		id, err := uuid.NewV7()
+		if err != nil {
+			return 0, 0, "", fmt.Errorf("eventstore: generate event id: %w", err)
+		}
+		if _, err := tx.Exec(ctx, `SAVEPOINT stagehand_marker`); err != nil {
+			return 0, 0, "", fmt.Errorf("eventstore: mark stream %q: %w", req.StreamID, err)
+		}
+		var pos, version int64
+		var streamType string
+		err = tx.QueryRow(ctx, insert, req.Tenant, req.StreamID, id, marker).Scan(&pos, &version, &streamType)
+		if err == nil {
+			_, err = tx.Exec(ctx, `RELEASE SAVEPOINT stagehand_marker`)
+			return pos, version, streamType, err
+		}
+		if _, rerr := tx.Exec(ctx, `ROLLBACK TO SAVEPOINT stagehand_marker`); rerr != nil {
+			return 0, 0, "", fmt.Errorf("eventstore: mark stream %q: %w (and rolling back: %w)", req.StreamID, err,
+				rerr)
+		}
+		if errors.Is(err, pgx.ErrNoRows) {
+			return 0, 0, "", fmt.Errorf("%w: %q (tenant %q)", ErrStreamNotFound, req.StreamID, req.Tenant)
+		}
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) && pgErr.Code == "23505" && attempt < 100 {
+			continue // an append took the version first: it is in the stream, and moves with it
+		}
+		if np := noPartition(err); np != nil {
+			return 0, 0, "", np
+		}
+		return 0, 0, "", fmt.Errorf("eventstore: mark stream %q: %w", req.StreamID, err)
+	}
+}
+
+// moveWhenSafe is the second step: once no transaction that began before the first step is open, it moves the
+// stream's events (see ArchiveStream, DeleteStream). lc is the record the first step left.
+func (s *PostgresStore) moveWhenSafe(ctx context.Context, lc StreamLifecycle) (StreamLifecycle, error) {
+	if lc.State.Done() {
+		return lc, nil
+	}
+	waiting, err := s.waitForOlderTransactions(ctx)
+	if err != nil {
+		return lc, &LifecyclePendingError{Tenant: lc.Tenant, StreamID: lc.StreamID, State: lc.State,
+			Waiting: waiting, Err: err}
+	}
+	return s.move(ctx, lc)
+}
+
+// waitForOlderTransactions waits until no other session of the database has a transaction that began before the
+// call and holds a snapshot or a transaction ID (one that could still write with a view from before), at most
+// lifecycleWait. It returns how many remained when it gave up.
+func (s *PostgresStore) waitForOlderTransactions(ctx context.Context) (int, error) {
+	var since time.Time
+	if err := s.pool.QueryRow(ctx, `SELECT clock_timestamp()`).Scan(&since); err != nil {
+		return 0, fmt.Errorf("read the clock: %w", err)
+	}
+	deadline := time.Now().Add(lifecycleWait)
+	pause := time.Millisecond
+	for {
+		var n int
+		if err := s.pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE pid <> pg_backend_pid()
+			AND datid = (SELECT oid FROM pg_database WHERE datname = current_database())
+			AND backend_type = 'client backend' AND xact_start < $1
+			AND (backend_xmin IS NOT NULL OR backend_xid IS NOT NULL)`, since).Scan(&n); err != nil {
+			return 0, fmt.Errorf("list the open transactions: %w", err)
+		}
+		if n == 0 {
+			return 0, nil
+		}
+		if time.Now().After(deadline) {
+			return n, fmt.Errorf("waited %s", lifecycleWait)
+		}
+		select {
+		case <-ctx.Done():
+			return n, ctx.Err()
+		case <-time.After(pause):
+		}
+		pause = min(pause*2, 100*time.Millisecond)
+	}
+}
+
+// move moves the stream's events out of the events table, in one transaction, and records the outcome.
+func (s *PostgresStore) move(ctx context.Context, lc StreamLifecycle) (StreamLifecycle, error) {
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return lc, fmt.Errorf("eventstore: move the events of stream %q: begin: %w", lc.StreamID, err)
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	if _, err := tx.Exec(ctx, lifecycleLock, s.cfg.Schema, lc.Tenant, lc.StreamID); err != nil {
+		return lc, fmt.Errorf("eventstore: move the events of stream %q: lock: %w", lc.StreamID, err)
+	}
+	cur, found, err := s.readLifecycle(ctx, tx, lc.Tenant, lc.StreamID, true)
+	if err != nil {
+		return lc, err
+	}
+	if !found || cur.State.Done() {
+		return cur, nil // finished meanwhile by another call
+	}
+	data := `payload, metadata`
+	if cur.State == StreamDeleting {
+		data = `NULL::jsonb, NULL::jsonb`
+		if _, err := tx.Exec(ctx, `UPDATE `+s.t.streamArchive+` SET payload = NULL, metadata = NULL
+			WHERE tenant_id = $1 AND stream_id = $2`, lc.Tenant, lc.StreamID); err != nil {
+			return lc, fmt.Errorf("eventstore: delete the archived events of stream %q: %w", lc.StreamID, err)
+		}
+		if _, err := tx.Exec(ctx, `DELETE FROM `+s.t.snapshots+` WHERE tenant_id = $1 AND stream_id = $2`,
+			lc.Tenant, lc.StreamID); err != nil {
+			return lc, fmt.Errorf("eventstore: delete the snapshot of stream %q: %w", lc.StreamID, err)
+		}
+	}
+	if _, err := tx.Exec(ctx, `WITH moved AS (DELETE FROM `+s.t.events+`
+			WHERE tenant_id = $1 AND stream_id = $2 AND NOT starts_with(event_type, $3)
+			RETURNING position, tenant_id, stream_id, stream_type, version, event_id, event_type, event_version,
+				payload, metadata, occurred_at, recorded_at)
+		INSERT INTO `+s.t.streamArchive+` (position, tenant_id, stream_id, stream_type, version, event_id, event_type,
+			event_version, payload, metadata, occurred_at, recorded_at)
+		SELECT position, tenant_id, stream_id, stream_type, version, event_id, event_type, event_version, `+data+`,
+			occurred_at, recorded_at FROM moved`, lc.Tenant, lc.StreamID, LifecycleTypePrefix); err != nil {
+		return lc, fmt.Errorf("eventstore: move the events of stream %q: %w", lc.StreamID, err)
+	}
+	done := StreamArchived
+	if cur.State == StreamDeleting {
+		done = StreamDeleted
+	}
+	if _, err := tx.Exec(ctx, `UPDATE `+s.t.lifecycle+` l SET state = $3, events = a.n,
+			first_position = a.first, last_position = a.last, updated_at = now()
+		FROM (SELECT count(*) AS n, coalesce(min(position), 0) AS first, coalesce(max(position), 0) AS last
+			FROM `+s.t.streamArchive+` WHERE tenant_id = $1 AND stream_id = $2) a
+		WHERE l.tenant_id = $1 AND l.stream_id = $2`, lc.Tenant, lc.StreamID, string(done)); err != nil {
+		return lc, fmt.Errorf("eventstore: record the lifecycle of stream %q: %w", lc.StreamID, err)
+	}
+	cur, _, err = s.readLifecycle(ctx, tx, lc.Tenant, lc.StreamID, false)
+	if err != nil {
+		return lc, err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return lc, fmt.Errorf("eventstore: move the events of stream %q: commit: %w", lc.StreamID, err)
+	}
+	return cur, nil
+}
+
+// readMoved is the outcome of a stream read (through db, of versions from fromVersion on, the first limit when limit
+// > 0) whose last row read is a lifecycle marker: read holds the rows read from the events table. A deleted
+// stream's read fails with a *StreamDeletedError. An archived stream's events are the rows read without the
+// markers while the archive has not moved them (they are then all in the events table), and are read from
+// stream_archive once it has (the rows read were the markers alone).
+func (s *PostgresStore) readMoved(ctx context.Context, db dbtx, tenant, streamID string, fromVersion int64,
+	limit int, read []Record) ([]Record, error) {
+	lc, found, err := s.readLifecycle(ctx, db, tenant, streamID, false)
+	if err != nil {
+		return nil, err
+	}
+	if lerr := lifecycleError(lc); found && errors.Is(lerr, ErrStreamDeleted) {
+		return nil, lerr
+	}
+	events := read[:0:0]
+	for _, r := range read {
+		if !IsLifecycleMarker(r.Type) {
+			events = append(events, r)
+		}
+	}
+	first := max(fromVersion, 1)
+	if len(events) > 0 || !found || first > lc.Version {
+		return events, nil
+	}
+	var lim *int
+	if limit > 0 {
+		lim = &limit
+	}
+	rows, err := db.Query(ctx, `SELECT position, stream_type, version, event_id, event_type, event_version, payload,
+			metadata, occurred_at, recorded_at, payload IS NULL
+		FROM `+s.t.streamArchive+` WHERE tenant_id = $1 AND stream_id = $2 AND version >= $3 ORDER BY version
+		LIMIT $4`, tenant, streamID, first, lim)
+	if err != nil {
+		return nil, fmt.Errorf("eventstore: read the archive of stream %q: %w", streamID, err)
+	}
+	defer rows.Close()
+	var out []Record
+	for rows.Next() {
+		r := Record{Tenant: tenant, StreamID: streamID}
+		var meta []byte
+		var gone bool
+		if err := rows.Scan(&r.Position, &r.StreamType, &r.Version, &r.EventID, &r.Type, &r.TypeVersion, &r.Payload,
+			&meta, &r.OccurredAt, &r.RecordedAt, &gone); err != nil {
+			return nil, fmt.Errorf("eventstore: read the archive of stream %q: %w", streamID, err)
+		}
+		if gone { // deleted since the lifecycle row was read
+			return nil, &StreamDeletedError{Tenant: tenant, StreamID: streamID}
+		}
+		if err := finishRecord(&r, meta); err != nil {
+			return nil, err
+		}
+		out = append(out, r)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("eventstore: read the archive of stream %q: %w", streamID, err)
+	}
+	return out, nil
+}
+
+// movedStream is Stream of an archived or deleted stream (its last event is a marker).
+func (s *PostgresStore) movedStream(ctx context.Context, tenant, streamID string) (StreamInfo, error) {
+	info := StreamInfo{Tenant: tenant, StreamID: streamID}
+	lc, found, err := s.readLifecycle(ctx, s.pool, tenant, streamID, false)
+	if err != nil {
+		return info, err
+	}
+	if lerr := lifecycleError(lc); !found || errors.Is(lerr, ErrStreamDeleted) {
+		if lerr == nil {
+			lerr = fmt.Errorf("%w: %q (tenant %q)", ErrStreamNotFound, streamID, tenant)
+		}
+		return info, lerr
+	}
+	info.StreamType, info.Version, info.State = lc.StreamType, lc.Version, lc.State
+	// The first and the last event, wherever they are (the events table while archiving, the archive after).
+	err = s.pool.QueryRow(ctx, `SELECT
+			coalesce((SELECT recorded_at FROM `+s.t.events+` WHERE tenant_id = $1 AND stream_id = $2 AND version = 1),
+				(SELECT recorded_at FROM `+s.t.streamArchive+` WHERE tenant_id = $1 AND stream_id = $2 AND version = 1)),
+			coalesce((SELECT recorded_at FROM `+s.t.events+` WHERE tenant_id = $1 AND stream_id = $2 AND version = $3),
+				(SELECT recorded_at FROM `+s.t.streamArchive+` WHERE tenant_id = $1 AND stream_id = $2 AND version = $3))`,
+		tenant, streamID, lc.Version).Scan(&info.CreatedAt, &info.UpdatedAt)
+	if err != nil {
+		return info, fmt.Errorf("eventstore: stream %q: %w", streamID, err)
+	}
+	info.CreatedAt, info.UpdatedAt = info.CreatedAt.UTC(), info.UpdatedAt.UTC()
+	return info, nil
+}
