@@ -3,6 +3,7 @@ package outbox_test
 import (
 	"context"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -44,24 +45,55 @@ func TestStageRefusesHostileNames(t *testing.T) {
 	require.Zero(t, e.count("outbox"))
 }
 
-// The inbox refuses a received message whose tenant or ID it could never record, as a permanent failure naming
-// the message, before any SQL (no raw SQLSTATE on every redelivery).
-func TestInboxRefusesHostileTenants(t *testing.T) {
+// A received message whose tenant or ID the inbox could never record is quarantined among the handler's dead
+// letters and acknowledged, before the handler runs: under NoTenant for a tenant PostgreSQL cannot hold, under an ID
+// derived from its own when that ID cannot be stored, with what it carried kept storable in headers. A redelivery
+// lands on the same dead letter. (Refused with an error, it was redelivered forever, holding its subscription.)
+func TestInboxQuarantinesHostileTenantsAndIDs(t *testing.T) {
 	t.Parallel()
 	e := setupInbox(t, nil, nil)
-	h := e.inbox.Handler("h", func(context.Context, pgx.Tx, *outbox.Publisher, *message.Message) error { return nil })
-	m := message.NewMessage("m1", nil)
+	ctx := context.Background()
+	var ran atomic.Int32
+	h := e.inbox.Handler("h", func(context.Context, pgx.Tx, *outbox.Publisher, *message.Message) error {
+		ran.Add(1)
+		return nil
+	})
+	m := message.NewMessage("m1", []byte(`{"a":1}`))
 	m.Metadata.Set(stagehand.HeaderTenantID, "a\x00b")
-	err := h(m)
-	require.ErrorIs(t, err, outbox.ErrPermanent)
-	require.ErrorIs(t, err, stagehand.ErrInvalidTenant)
-	require.ErrorContains(t, err, `"m1"`)
-	require.NotContains(t, err.Error(), "SQLSTATE")
-	m = message.NewMessage("m\x00", nil)
-	err = h(m)
+	m.Metadata.Set("note", "bad\xffutf8")
+	require.NoError(t, h(m))
+	require.NoError(t, h(m), "redelivered")
+	long := message.NewMessage(strings.Repeat("x", outbox.MaxMessageIDLen+1), nil)
+	long.Metadata.Set(stagehand.HeaderTenantID, "acme")
+	require.NoError(t, h(long))
+	nul := message.NewMessage("m\x00", nil)
+	require.NoError(t, h(nul))
+	require.NoError(t, h(nul), "redelivered")
+	require.Zero(t, ran.Load(), "the handler never sees them")
+
+	dead, err := e.ob.AllTenants().InboxDeadLetters(ctx, outbox.InboxListOptions{})
+	require.NoError(t, err)
+	require.Len(t, dead, 3, "one dead letter per message, redeliveries included")
+	byTenant := map[string][]outbox.InboxDeadLetter{}
+	for _, d := range dead {
+		require.Equal(t, "h", d.Handler)
+		byTenant[d.Tenant] = append(byTenant[d.Tenant], d)
+	}
+	require.Len(t, byTenant[stagehand.NoTenant], 2)
+	require.Len(t, byTenant["acme"], 1)
+	require.True(t, strings.HasPrefix(byTenant["acme"][0].MessageID, "quarantined-"))
+	require.Zero(t, e.count("inbox", "outcome = 'handled'"))
+	require.EqualValues(t, 3, e.count("inbox_dead_letters", "metadata ? 'stagehand-quarantined-reason'"))
+	require.EqualValues(t, 1, e.count("inbox_dead_letters",
+		"metadata ->> 'stagehand-quarantined-tenant' = 'a\uFFFDb' AND message_id = 'm1'"))
+
+	// The handler's own name is the program's fault: refused with an error, nothing recorded.
+	bad := e.inbox.Handler("h\x00", func(context.Context, pgx.Tx, *outbox.Publisher, *message.Message) error {
+		return nil
+	})
+	err = bad(message.NewMessage("m2", nil))
 	require.ErrorIs(t, err, outbox.ErrInvalidMessage)
 	require.NotContains(t, err.Error(), "SQLSTATE")
-	require.Zero(t, e.count("inbox"))
 }
 
 // An admin scope is a filter a tenant value enters through: a tenant PostgreSQL cannot hold (a NUL byte) or one

@@ -18,6 +18,7 @@ import (
 	"github.com/stagehand-es/stagehand/internal/backoff"
 	"github.com/stagehand-es/stagehand/internal/conf"
 	"github.com/stagehand-es/stagehand/internal/jsonmeta"
+	"github.com/stagehand-es/stagehand/internal/names"
 	"github.com/stagehand-es/stagehand/internal/telemetry"
 )
 
@@ -267,7 +268,14 @@ func (i *Inbox) handle(name string, msg *message.Message, h HandlerFunc) error {
 	ctx := msg.Context()
 	tenant := stagehand.NormalizeTenant(msg.Metadata.Get(stagehand.HeaderTenantID))
 	if err := checkInbound(name, tenant, msg); err != nil {
-		return err
+		if names.Stored(name) != "" {
+			return err // the handler's own name: the program's fault, not the message's
+		}
+		// The message's tenant or ID can never be recorded: quarantined among the dead letters and acknowledged.
+		if qerr := i.quarantine(ctx, name, msg, err); qerr != nil {
+			return err
+		}
+		return nil
 	}
 	msgType := msg.Metadata.Get(stagehand.HeaderMessageType)
 	correlation := firstNonEmpty(msg.Metadata.Get(stagehand.HeaderCorrelationID),
