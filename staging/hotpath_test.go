@@ -304,14 +304,16 @@ func saveStaysWithinFastPathLocks(t *testing.T, e *env) {
 		// for one save of the steady state.
 		var relations, slow int64
 		for try := range 5 {
-			if relations, slow = saveTx(); slow == 0 {
+			if relations, slow = saveTx(); slow <= max(0, relations+1-16) {
 				break
 			}
 			t.Logf("try %d: %d locks outside the fast path (the save planned)", try+1, slow)
 		}
 		t.Logf("SaveTx of %d event(s): %d relations locked, %d locks outside the fast path", events, relations, slow)
-		require.Zero(t, slow, "a SaveTx of %d event(s) took %d relation locks, %d outside the fast path", events,
-			relations, slow)
+		// The count's own query locks pg_locks: a save of 16 relations fits the 16 slots, and the query's lock is
+		// the one that overflows them, in whichever slot's place.
+		require.LessOrEqual(t, slow, max(0, relations+1-16),
+			"a SaveTx of %d event(s) took %d relation locks, %d outside the fast path", events, relations, slow)
 		require.LessOrEqual(t, relations, int64(16))
 
 		// Save, with the trigger in place (its creation invalidates the outbox's plans: the saves after it plan
@@ -322,15 +324,17 @@ func saveStaysWithinFastPathLocks(t *testing.T, e *env) {
 			save()
 		}
 		for try := range 5 {
-			if relations, slow = save(); slow == 0 {
+			if relations, slow = save(); slow <= max(0, relations+2-16) {
 				break
 			}
 			t.Logf("try %d: %d locks outside the fast path (the save planned)", try+1, slow)
 		}
 		pgtest.Exec(t, e.pool, `DROP TRIGGER save_locks ON `+pgtest.Q(e.schema, "outbox"))
 		t.Logf("Save of %d event(s): %d relations locked, %d locks outside the fast path", events, relations, slow)
-		require.Zero(t, slow, "a Save of %d event(s) took %d relation locks, %d outside the fast path", events,
-			relations, slow)
+		// The trigger's statement locks its table and pg_locks: a save of 16 relations fits the 16 slots, and
+		// those two locks are the ones that overflow them, in whichever slots' place.
+		require.LessOrEqual(t, slow, max(0, relations+2-16),
+			"a Save of %d event(s) took %d relation locks, %d outside the fast path", events, relations, slow)
 		require.LessOrEqual(t, relations, int64(16))
 	}
 }
