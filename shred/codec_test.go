@@ -327,7 +327,9 @@ type failingKeys struct{ shred.KeyStore }
 
 var errOutage = errors.New("key store unreachable")
 
-func (failingKeys) Key(context.Context, string, int) (shred.Key, error) { return shred.Key{}, errOutage }
+func (failingKeys) Key(context.Context, string, int) (shred.Key, error) {
+	return shred.Key{}, errOutage
+}
 
 func TestKeyStoreFailureIsNotRedaction(t *testing.T) {
 	t.Parallel()
