@@ -381,3 +381,74 @@ func TestConfig(t *testing.T) {
 	require.ErrorIs(t, shred.CheckSubject(strings.Repeat("x", 513)), shred.ErrInvalidSubject)
 	require.ErrorIs(t, shred.CheckSubject("a\x00b"), shred.ErrInvalidSubject)
 }
+
+// sameKeys hands every subject the same material: only the binding of a ciphertext to its subject and version
+// (the additional data of AES-GCM) tells them apart.
+type sameKeys struct{ shred.KeyStore }
+
+var oneMaterial = bytes.Repeat([]byte{7}, shred.KeySize)
+
+func (sameKeys) CurrentKey(_ context.Context, s string) (shred.Key, error) {
+	return shred.Key{Subject: s, Version: 1, Material: oneMaterial}, nil
+}
+
+func (sameKeys) Key(_ context.Context, s string, v int) (shred.Key, error) {
+	return shred.Key{Subject: s, Version: v, Material: oneMaterial}, nil
+}
+
+// A ciphertext moved to another subject or version fails even where the keys are the same.
+func TestCiphertextIsBoundToItsSubjectAndVersion(t *testing.T) {
+	t.Parallel()
+	c := newCodec(t, sameKeys{}, nil)
+	data, err := c.Marshal(Registered{CustomerID: "alice", Name: "Alice"})
+	require.NoError(t, err)
+	var out Registered
+	require.NoError(t, c.Unmarshal(data, &out))
+	for _, swap := range [][2]string{{`"s":"alice"`, `"s":"bob"`}, {`"k":1`, `"k":2`}} {
+		moved := bytes.Replace(data, []byte(swap[0]), []byte(swap[1]), 1)
+		require.NotEqual(t, data, moved)
+		require.ErrorIs(t, c.Unmarshal(moved, &out), shred.ErrTampered, swap[1])
+	}
+}
+
+// slowKeys holds CurrentKey until released, so a Forget can run while a write has its key in hand.
+type slowKeys struct {
+	shred.KeyStore
+	reading chan struct{}
+	release chan struct{}
+}
+
+func (s *slowKeys) CurrentKey(ctx context.Context, subject string) (shred.Key, error) {
+	k, err := s.KeyStore.CurrentKey(ctx, subject)
+	if s.reading != nil {
+		close(s.reading)
+		<-s.release
+		s.reading = nil
+	}
+	return k, err
+}
+
+// A key read before this codec's Forget is not cached after it: the next write makes a fresh key instead of
+// writing with the forgotten one.
+func TestAKeyReadBeforeAForgetIsNotCached(t *testing.T) {
+	t.Parallel()
+	ks := &slowKeys{KeyStore: shred.NewMemoryKeyStore(), reading: make(chan struct{}), release: make(chan struct{})}
+	c := newCodec(t, ks, &shred.CodecConfig{CacheTTL: 1 << 62})
+	reading := ks.reading
+	done := make(chan error, 1)
+	go func() {
+		_, err := c.Marshal(Registered{CustomerID: "alice", Name: "in flight"})
+		done <- err
+	}()
+	<-reading
+	_, err := c.Forget(context.Background(), "alice", shred.Audit{})
+	require.NoError(t, err)
+	close(ks.release)
+	require.NoError(t, <-done)
+	data, err := c.Marshal(Registered{CustomerID: "alice", Name: "after"})
+	require.NoError(t, err)
+	require.Contains(t, string(data), `"k":2`, "written with a fresh key")
+	var out Registered
+	require.NoError(t, c.Unmarshal(data, &out))
+	require.Equal(t, "after", out.Name)
+}
