@@ -99,11 +99,13 @@ type world struct {
 func setup(t testing.TB, codecCfg *shred.CodecConfig) *world {
 	t.Helper()
 	pool, schema := pgtest.Migrated(t)
-	return worldOn(t, pool, schema, codecCfg, true)
+	return worldOn(t, pool, schema, codecCfg, true, 2)
 }
 
-// worldOn builds the world on schema; encrypt false uses plain JSON (the same events in clear).
-func worldOn(t testing.TB, pool *pgxpool.Pool, schema string, codecCfg *shred.CodecConfig, encrypt bool) *world {
+// worldOn builds the world on schema; encrypt false uses plain JSON (the same events in clear); snapshotEvery 0
+// takes no snapshots.
+func worldOn(t testing.TB, pool *pgxpool.Pool, schema string, codecCfg *shred.CodecConfig, encrypt bool,
+	snapshotEvery int) *world {
 	t.Helper()
 	w := &world{t: t, pool: pool, schema: schema}
 	var err error
@@ -142,7 +144,7 @@ func worldOn(t testing.TB, pool *pgxpool.Pool, schema string, codecCfg *shred.Co
 		Mapping: mapping})
 	require.NoError(t, err)
 	w.repo, err = aggregate.NewRepository[*Customer](w.store, w.reg, &aggregate.RepositoryConfig{Stager: stager,
-		SnapshotEvery: 2})
+		SnapshotEvery: snapshotEvery})
 	require.NoError(t, err)
 	return w
 }
