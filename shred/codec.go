@@ -151,13 +151,13 @@ func (c *Codec) Marshal(v any) ([]byte, error) {
 	if err != nil || !info.hasPII {
 		return data, err
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
-	defer cancel()
-	return c.encode(ctx, data, t, "")
+	lc := &lazyCtx{timeout: c.timeout}
+	defer lc.done()
+	return c.encode(lc, data, t, "")
 }
 
 // encode encrypts the personal fields inside raw, a JSON value of type t at path.
-func (c *Codec) encode(ctx context.Context, raw []byte, t reflect.Type, path string) ([]byte, error) {
+func (c *Codec) encode(lc *lazyCtx, raw []byte, t reflect.Type, path string) ([]byte, error) {
 	for t != nil && t.Kind() == reflect.Pointer {
 		t = t.Elem()
 	}
@@ -175,7 +175,7 @@ func (c *Codec) encode(ctx context.Context, raw []byte, t reflect.Type, path str
 			return raw, nil // a []byte-like value or a custom encoding: nothing the codec can walk
 		}
 		for i, it := range items {
-			out, err := c.encode(ctx, it, t.Elem(), path+"["+strconv.Itoa(i)+"]")
+			out, err := c.encode(lc, it, t.Elem(), path+"["+strconv.Itoa(i)+"]")
 			if err != nil {
 				return nil, err
 			}
@@ -188,7 +188,7 @@ func (c *Codec) encode(ctx context.Context, raw []byte, t reflect.Type, path str
 			return raw, nil
 		}
 		for k, it := range m {
-			out, err := c.encode(ctx, it, t.Elem(), join(path, k))
+			out, err := c.encode(lc, it, t.Elem(), join(path, k))
 			if err != nil {
 				return nil, err
 			}
@@ -207,7 +207,7 @@ func (c *Codec) encode(ctx context.Context, raw []byte, t reflect.Type, path str
 			}
 			p := join(path, f.name)
 			if !f.pii {
-				out, err := c.encode(ctx, v, f.typ, p)
+				out, err := c.encode(lc, v, f.typ, p)
 				if err != nil {
 					return nil, err
 				}
@@ -222,7 +222,7 @@ func (c *Codec) encode(ctx context.Context, raw []byte, t reflect.Type, path str
 				return nil, &FieldError{Path: p, Err: fmt.Errorf("%w: subject field %s (%s): %v", ErrNoSubject,
 					f.subjGo, f.subject, err)}
 			}
-			out, err := c.seal(ctx, subject, v)
+			out, err := c.seal(lc, subject, v)
 			if err != nil {
 				return nil, &FieldError{Path: p, Subject: subject, Err: err}
 			}
@@ -281,8 +281,8 @@ func aad(subject string, version int) []byte {
 	return strconv.AppendInt(b, int64(version), 10)
 }
 
-func (c *Codec) seal(ctx context.Context, subject string, plain []byte) ([]byte, error) {
-	k, err := c.writeKey(ctx, subject)
+func (c *Codec) seal(lc *lazyCtx, subject string, plain []byte) ([]byte, error) {
+	k, err := c.writeKey(lc, subject)
 	if err != nil {
 		return nil, err
 	}
@@ -306,9 +306,9 @@ func (c *Codec) Unmarshal(data []byte, v any) error {
 	if rv := reflect.ValueOf(v); rv.Kind() == reflect.Pointer && !rv.IsNil() {
 		t = rv.Type().Elem()
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
-	defer cancel()
-	out, err := c.decode(ctx, data, t, "")
+	lc := &lazyCtx{timeout: c.timeout}
+	defer lc.done()
+	out, err := c.decode(lc, data, t, "")
 	if err != nil {
 		return err
 	}
@@ -322,14 +322,14 @@ func (c *Codec) Open(data []byte) ([]byte, error) {
 	if !bytes.Contains(data, markerBytes) {
 		return data, nil
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
-	defer cancel()
-	return c.decode(ctx, data, nil, "")
+	lc := &lazyCtx{timeout: c.timeout}
+	defer lc.done()
+	return c.decode(lc, data, nil, "")
 }
 
 // decode replaces every envelope inside raw (a JSON value whose Go type is t, or nil when unknown) with its
 // plaintext.
-func (c *Codec) decode(ctx context.Context, raw []byte, t reflect.Type, path string) ([]byte, error) {
+func (c *Codec) decode(lc *lazyCtx, raw []byte, t reflect.Type, path string) ([]byte, error) {
 	trimmed := bytes.TrimSpace(raw)
 	if len(trimmed) == 0 || !bytes.Contains(trimmed, markerBytes) {
 		return raw, nil
@@ -341,10 +341,10 @@ func (c *Codec) decode(ctx context.Context, raw []byte, t reflect.Type, path str
 			return nil, err
 		}
 		if _, ok := m[marker]; ok {
-			return c.open(ctx, trimmed, t, path)
+			return c.open(lc, trimmed, t, path)
 		}
 		for k, it := range m {
-			out, err := c.decode(ctx, it, c.types.child(t, k), join(path, k))
+			out, err := c.decode(lc, it, c.types.child(t, k), join(path, k))
 			if err != nil {
 				return nil, err
 			}
@@ -358,7 +358,7 @@ func (c *Codec) decode(ctx context.Context, raw []byte, t reflect.Type, path str
 		}
 		et := elem(t)
 		for i, it := range items {
-			out, err := c.decode(ctx, it, et, path+"["+strconv.Itoa(i)+"]")
+			out, err := c.decode(lc, it, et, path+"["+strconv.Itoa(i)+"]")
 			if err != nil {
 				return nil, err
 			}
@@ -370,7 +370,7 @@ func (c *Codec) decode(ctx context.Context, raw []byte, t reflect.Type, path str
 }
 
 // open decrypts one envelope.
-func (c *Codec) open(ctx context.Context, raw []byte, t reflect.Type, path string) ([]byte, error) {
+func (c *Codec) open(lc *lazyCtx, raw []byte, t reflect.Type, path string) ([]byte, error) {
 	var e envelope
 	if err := json.Unmarshal(raw, &e); err != nil || e.Format != 1 || e.Version < 1 {
 		return nil, &FieldError{Path: path, Err: fmt.Errorf("%w: malformed encrypted field", ErrTampered)}
@@ -378,7 +378,7 @@ func (c *Codec) open(ctx context.Context, raw []byte, t reflect.Type, path strin
 	if err := CheckSubject(e.Subject); err != nil {
 		return nil, &FieldError{Path: path, Err: fmt.Errorf("%w: %w", ErrTampered, err)}
 	}
-	k, err := c.readKey(ctx, e.Subject, e.Version)
+	k, err := c.readKey(lc, e.Subject, e.Version)
 	if err != nil {
 		return nil, &FieldError{Path: path, Subject: e.Subject, Version: e.Version, Err: err}
 	}
@@ -398,7 +398,7 @@ func (c *Codec) open(ctx context.Context, raw []byte, t reflect.Type, path strin
 }
 
 // writeKey returns subject's current key, from the cache when fresh.
-func (c *Codec) writeKey(ctx context.Context, subject string) (*cachedKey, error) {
+func (c *Codec) writeKey(lc *lazyCtx, subject string) (*cachedKey, error) {
 	now := c.now()
 	c.mu.Lock()
 	if s := c.cache[subject]; s != nil && s.current != nil && now.Before(s.current.expires) {
@@ -408,7 +408,7 @@ func (c *Codec) writeKey(ctx context.Context, subject string) (*cachedKey, error
 	}
 	gen := c.gen
 	c.mu.Unlock()
-	key, err := c.keys.CurrentKey(ctx, subject)
+	key, err := c.keys.CurrentKey(lc.get(), subject)
 	if err != nil {
 		return nil, err
 	}
@@ -421,7 +421,7 @@ func (c *Codec) writeKey(ctx context.Context, subject string) (*cachedKey, error
 }
 
 // readKey returns subject's key at version (or that it was forgotten), from the cache when fresh.
-func (c *Codec) readKey(ctx context.Context, subject string, version int) (*cachedKey, error) {
+func (c *Codec) readKey(lc *lazyCtx, subject string, version int) (*cachedKey, error) {
 	now := c.now()
 	c.mu.Lock()
 	if s := c.cache[subject]; s != nil {
@@ -432,7 +432,7 @@ func (c *Codec) readKey(ctx context.Context, subject string, version int) (*cach
 	}
 	gen := c.gen
 	c.mu.Unlock()
-	key, err := c.keys.Key(ctx, subject, version)
+	key, err := c.keys.Key(lc.get(), subject, version)
 	var k *cachedKey
 	switch {
 	case errors.Is(err, ErrForgotten):
@@ -531,4 +531,25 @@ func (c *Codec) drop(subject string) {
 	defer c.mu.Unlock()
 	c.gen++
 	delete(c.cache, subject)
+}
+
+// lazyCtx is the context of the key store calls of one Marshal or Unmarshal, made on the first call that needs it
+// (a cached key needs none).
+type lazyCtx struct {
+	timeout time.Duration
+	ctx     context.Context
+	cancel  context.CancelFunc
+}
+
+func (l *lazyCtx) get() context.Context {
+	if l.ctx == nil {
+		l.ctx, l.cancel = context.WithTimeout(context.Background(), l.timeout)
+	}
+	return l.ctx
+}
+
+func (l *lazyCtx) done() {
+	if l.cancel != nil {
+		l.cancel()
+	}
 }
