@@ -260,11 +260,10 @@ func TestConcurrentSavesAndForget(t *testing.T) {
 	const writers, perWriter, rounds = 8, 4, 6
 	secret := marker("s")
 	type save struct {
-		id              string
-		version         int64
-		email           string
-		started, ended  time.Time
-		forgottenBefore bool
+		id             string
+		version        int64
+		email          string
+		started, ended time.Time
 	}
 	type forget struct{ started, ended time.Time }
 	var mu sync.Mutex
