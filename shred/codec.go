@@ -9,7 +9,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"reflect"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -194,7 +196,7 @@ func (c *Codec) encode(lc *lazyCtx, raw []byte, t reflect.Type, path string) ([]
 			}
 			m[k] = out
 		}
-		return json.Marshal(m)
+		return writeObject(m), nil
 	case reflect.Struct:
 		var m map[string]json.RawMessage
 		if err := json.Unmarshal(raw, &m); err != nil {
@@ -228,7 +230,7 @@ func (c *Codec) encode(lc *lazyCtx, raw []byte, t reflect.Type, path string) ([]
 			}
 			m[f.name] = out
 		}
-		return json.Marshal(m)
+		return writeObject(m), nil
 	}
 	return raw, nil
 }
@@ -336,6 +338,12 @@ func (c *Codec) decode(lc *lazyCtx, raw []byte, t reflect.Type, path string) ([]
 	}
 	switch trimmed[0] {
 	case '{':
+		if path != "" { // most values holding the marker below the top are envelopes: one parse for those
+			var e envelope
+			if err := json.Unmarshal(trimmed, &e); err == nil && e.Format != 0 {
+				return c.openEnvelope(lc, e, t, path)
+			}
+		}
 		var m map[string]json.RawMessage
 		if err := json.Unmarshal(trimmed, &m); err != nil {
 			return nil, err
@@ -350,7 +358,7 @@ func (c *Codec) decode(lc *lazyCtx, raw []byte, t reflect.Type, path string) ([]
 			}
 			m[k] = out
 		}
-		return json.Marshal(m)
+		return writeObject(m), nil
 	case '[':
 		var items []json.RawMessage
 		if err := json.Unmarshal(trimmed, &items); err != nil {
@@ -372,7 +380,15 @@ func (c *Codec) decode(lc *lazyCtx, raw []byte, t reflect.Type, path string) ([]
 // open decrypts one envelope.
 func (c *Codec) open(lc *lazyCtx, raw []byte, t reflect.Type, path string) ([]byte, error) {
 	var e envelope
-	if err := json.Unmarshal(raw, &e); err != nil || e.Format != 1 || e.Version < 1 {
+	if err := json.Unmarshal(raw, &e); err != nil {
+		return nil, &FieldError{Path: path, Err: fmt.Errorf("%w: malformed encrypted field", ErrTampered)}
+	}
+	return c.openEnvelope(lc, e, t, path)
+}
+
+// openEnvelope decrypts one parsed envelope.
+func (c *Codec) openEnvelope(lc *lazyCtx, e envelope, t reflect.Type, path string) ([]byte, error) {
+	if e.Format != 1 || e.Version < 1 {
 		return nil, &FieldError{Path: path, Err: fmt.Errorf("%w: malformed encrypted field", ErrTampered)}
 	}
 	if err := CheckSubject(e.Subject); err != nil {
@@ -531,6 +547,27 @@ func (c *Codec) drop(subject string) {
 	defer c.mu.Unlock()
 	c.gen++
 	delete(c.cache, subject)
+}
+
+// writeObject encodes m, whose values are valid JSON, as a JSON object with its keys sorted (as encoding/json
+// encodes a map), without encoding/json's second validation of every value.
+func writeObject(m map[string]json.RawMessage) []byte {
+	n := 2
+	for k, v := range m {
+		n += len(k) + len(v) + 4
+	}
+	b := make([]byte, 0, n)
+	b = append(b, '{')
+	for i, k := range slices.Sorted(maps.Keys(m)) {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		key, _ := json.Marshal(k) // a string always encodes
+		b = append(b, key...)
+		b = append(b, ':')
+		b = append(b, m[k]...)
+	}
+	return append(b, '}')
 }
 
 // lazyCtx is the context of the key store calls of one Marshal or Unmarshal, made on the first call that needs it
