@@ -28,7 +28,7 @@ type Message struct {
 	// Type is the stable message type name consumers route on. Default: the event's type name.
 	Type string
 	// Payload is the message body: []byte and json.RawMessage are used as they are, anything else is encoded
-	// as JSON.
+	// with the mapping's registry codec (JSON; a shred.Codec encrypts its personal fields).
 	Payload any
 	// PartitionKey orders the message among those of the same key. Default: the aggregate ID (the stream ID).
 	// Set Unordered to opt out of ordering.
@@ -200,7 +200,7 @@ func (m *Mapping) messages(rec eventstore.Record, event any) ([]outbox.Message, 
 				rec.Type, rec.Version, rec.StreamID, err)
 		}
 		for i, msg := range msgs {
-			om, err := toOutbox(rec, r.name, i, msg)
+			om, err := toOutbox(rec, r.name, i, msg, m.payloadCodec())
 			if err == nil && r.types != nil {
 				if _, ok := slices.BinarySearch(r.types, om.Type); !ok {
 					err = fmt.Errorf("%w: message type %q is not among the types the mapping declares with "+
@@ -251,7 +251,17 @@ func MessageID(tenant, streamID string, version int64, mapping string, index int
 	return uuid.NewSHA1(idNamespace, []byte(b.String())).String()
 }
 
-func toOutbox(rec eventstore.Record, mapping string, index int, msg Message) (outbox.Message, error) {
+// payloadCodec encodes typed message payloads: the registry's codec (so a codec that encrypts personal fields,
+// such as shred's, protects messages as it protects events), encoding/json without a registry.
+func (m *Mapping) payloadCodec() aggregate.Codec {
+	if m.reg == nil {
+		return aggregate.JSONCodec{}
+	}
+	return m.reg.Codec()
+}
+
+func toOutbox(rec eventstore.Record, mapping string, index int, msg Message, codec aggregate.Codec) (
+	outbox.Message, error) {
 	if strings.TrimSpace(msg.Topic) == "" {
 		return outbox.Message{}, fmt.Errorf("%w: message has no Topic", ErrInvalidMessage)
 	}
@@ -264,7 +274,7 @@ func toOutbox(rec eventstore.Record, mapping string, index int, msg Message) (ou
 	case nil:
 		payload = []byte("null")
 	default:
-		b, err := json.Marshal(p)
+		b, err := codec.Marshal(p)
 		if err != nil {
 			return outbox.Message{}, fmt.Errorf("%w: encode payload: %w", ErrInvalidMessage, err)
 		}

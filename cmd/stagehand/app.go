@@ -178,7 +178,7 @@ Exit codes: 0 success, 1 runtime failure, 2 usage error, 130 interrupted.`,
 	pf.StringVar(&a.schema, "schema", stagehand.DefaultSchema, "schema holding the stagehand tables")
 	pf.BoolVar(&a.json, "json", false, "print machine-readable JSON instead of tables")
 	root.AddCommand(a.migrateCommand(), a.outboxCommand(), a.inboxCommand(), a.projectionCommand(),
-		a.workerCommand(), a.eventsCommand(), a.snapshotsCommand(), a.consoleCommand())
+		a.workerCommand(), a.eventsCommand(), a.snapshotsCommand(), a.forgetCommand(), a.consoleCommand())
 	markRuntimeErrors(root)
 	return root
 }

@@ -122,6 +122,7 @@ var snippetImports = map[string]string{
 	"projection":    "github.com/stagehand-es/stagehand/projection",
 	"health":        "github.com/stagehand-es/stagehand/health",
 	"console":       "github.com/stagehand-es/stagehand/console",
+	"shred":         "github.com/stagehand-es/stagehand/shred",
 	"watermill":     "github.com/ThreeDotsLabs/watermill",
 	"message":       "github.com/ThreeDotsLabs/watermill/message",
 	"pgx":           "github.com/jackc/pgx/v5",
