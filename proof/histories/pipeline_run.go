@@ -6,8 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"math/rand/v2"
 	"net/url"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -132,8 +134,11 @@ type PipelineRun struct {
 	// Log is the counters' events of the committed log, in log order (what the projection folds).
 	Log []LogEvent
 	// Faults counts the nemesis's faults; Proxy and BrokerProxy are what the proxies did.
-	Faults      map[string]int
-	Proxy       ProxyStats
+	Faults map[string]int
+	Proxy  ProxyStats
+	// Drops counts the commit replies and requests the proxy dropped on each component's connections ("relay",
+	// "inbox", "projection", "reader", "producer0"...).
+	Drops       map[string]AppFaults
 	BrokerProxy *ProxyStats
 	// Drained reports that every committed message had an effect and the projection caught up before
 	// DrainTimeout; Drain is how long that took.
@@ -153,6 +158,11 @@ func (r PipelineRun) Summary() string {
 	fmt.Fprintf(&b, "faults: %s\n", formatMap(r.Faults))
 	fmt.Fprintf(&b, "committed: %d saves, %d events, %d effects; drained=%v in %s\n", len(r.Committed), len(r.Log),
 		sum(r.Final), r.Drained, r.Drain.Round(time.Millisecond))
+	var drops []string
+	for _, c := range slices.Sorted(maps.Keys(r.Drops)) {
+		drops = append(drops, fmt.Sprintf("%s %d/%d", c, r.Drops[c].CommitReplies, r.Drops[c].CommitRequests))
+	}
+	fmt.Fprintf(&b, "commit replies/requests dropped: %s\n", strings.Join(drops, ", "))
 	fmt.Fprintf(&b, "proxy: %+v", r.Proxy)
 	if r.BrokerProxy != nil {
 		fmt.Fprintf(&b, "\nbroker proxy: %+v", *r.BrokerProxy)
@@ -293,7 +303,7 @@ func RunPipeline(ctx context.Context, cfg PipelineRunConfig) (PipelineRun, error
 	defer endRun()
 	n := &nemesis{faultEvery: cfg.FaultEvery, logger: cfg.Logger, admin: cfg.Admin, proxy: proxy,
 		rng: rand.New(rand.NewPCG(cfg.Seed, 1)), appPrefix: appPrefix, faults: map[string]int{},
-		broker: brk.Proxy}
+		broker: brk.Proxy, saveApps: appPrefix + "-producer"}
 	var wg sync.WaitGroup
 	nemesisDone := make(chan struct{})
 	wg.Add(1)
@@ -329,6 +339,12 @@ func RunPipeline(ctx context.Context, cfg PipelineRunConfig) (PipelineRun, error
 	}
 	run.History = p.rec.History()
 	run.Proxy = proxy.Stats()
+	run.Drops = map[string]AppFaults{}
+	for _, c := range append([]string{"relay", "inbox", "projection", "reader"}, p.producerNames()...) {
+		if f := proxy.FaultsOn(appPrefix + "-" + c); f != (AppFaults{}) {
+			run.Drops[c] = f
+		}
+	}
 	if brk.Proxy != nil {
 		s := brk.Proxy.Stats()
 		run.BrokerProxy = &s
@@ -641,6 +657,26 @@ func (p *pipeline) readOnce(ctx context.Context, pool *pgxpool.Pool) {
 		return
 	}
 	inv.OK(rm)
+}
+
+// producerNames are the producers' component names.
+func (p *pipeline) producerNames() []string {
+	out := make([]string, p.cfg.Producers)
+	for i := range out {
+		out[i] = fmt.Sprintf("producer%d", i)
+	}
+	return out
+}
+
+// SaveDrops is how many commit replies the proxy dropped on the producers' connections.
+func (r PipelineRun) SaveDrops() int {
+	n := 0
+	for c, f := range r.Drops {
+		if strings.HasPrefix(c, "producer") {
+			n += f.CommitReplies
+		}
+	}
+	return n
 }
 
 // producer saves its own counters.

@@ -62,6 +62,9 @@ func TestPipelineUnderNetworkFaults(t *testing.T) {
 	if !run.Drained {
 		t.Fatalf("seed %d: the pipeline did not drain within the timeout", seed)
 	}
+	if run.SaveDrops() == 0 {
+		t.Fatalf("seed %d: no save lost its commit's reply: the run tested nothing of commit resolution", seed)
+	}
 	c := histories.Counts(run.History)
 	if c["save/ok"] == 0 || c["effect/ok"] == 0 || c["projection-read/ok"] == 0 {
 		t.Fatalf("seed %d: the run did too little to check anything: %s", seed, histories.FormatCounts(run.History))

@@ -45,10 +45,11 @@ type Proxy struct {
 	delay      time.Duration
 	jitter     time.Duration
 	blackhole  Direction
-	healed     chan struct{} // closed (and replaced) on every change of the black hole
-	dropReply  int           // commit replies left to drop
-	dropReq    int           // commit requests left to drop
-	cutMid     int           // server replies left to cut halfway
+	healed     chan struct{}  // closed (and replaced) on every change of the black hole
+	dropReply  int            // commit replies left to drop
+	dropTo     map[string]int // commit replies left to drop on connections whose application_name has the prefix
+	dropReq    int            // commit requests left to drop
+	cutMid     int            // server replies left to cut halfway
 	stats      ProxyStats
 	byApp      map[string]*AppFaults
 	wg         sync.WaitGroup
@@ -126,6 +127,7 @@ func NewProxy(target string, opts ProxyOptions) (*Proxy, error) {
 		logger:     logger,
 		links:      map[*link]struct{}{},
 		byApp:      map[string]*AppFaults{},
+		dropTo:     map[string]int{},
 		rng:        rand.New(rand.NewPCG(opts.Seed, opts.Seed^0x9e3779b97f4a7c15)),
 		healed:     make(chan struct{}),
 		acceptDone: make(chan struct{}),
@@ -210,6 +212,14 @@ func (p *Proxy) DropCommitReply() {
 	p.dropReply++
 }
 
+// DropCommitReplyTo is DropCommitReply on the next connection whose startup named an application_name that
+// begins with prefix: the exchange that commits next on one of those connections loses its reply.
+func (p *Proxy) DropCommitReplyTo(prefix string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.dropTo[prefix]++
+}
+
 // DropCommitRequest arms the proxy to withhold the next message that would make the server commit, on any
 // connection, and to cut that connection (the server rolls the transaction back).
 func (p *Proxy) DropCommitRequest() {
@@ -223,6 +233,7 @@ func (p *Proxy) Disarm() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.dropReply, p.dropReq, p.cutMid = 0, 0, 0
+	clear(p.dropTo)
 }
 
 // CutMidStream arms the proxy to forward only the first half of the next server message of at least two bytes, on
@@ -650,8 +661,7 @@ func (l *link) serverToClient() {
 			continue
 		}
 		committed := len(msg) >= 6 && msg[5] == 'I' && (sawCommit || (sawWrite && !sawError && began == 'I'))
-		if committed && l.p.take(l, &l.p.dropReply, &l.p.stats.CommitReplies,
-			func(f *AppFaults) *int { return &f.CommitReplies }) {
+		if committed && l.takeReply() {
 			l.p.logger.Info("histories: proxy dropped a commit reply and cut the connection")
 			l.close()
 			return
@@ -666,7 +676,41 @@ func (l *link) serverToClient() {
 func (l *link) armed() bool {
 	l.p.mu.Lock()
 	defer l.p.mu.Unlock()
-	return l.p.dropReply > 0
+	return l.p.dropReply > 0 || l.targetedLocked() != ""
+}
+
+// targetedLocked returns the prefix of a DropCommitReplyTo armed for l's application_name, or "".
+func (l *link) targetedLocked() string {
+	for prefix, n := range l.p.dropTo {
+		if n > 0 && strings.HasPrefix(l.app, prefix) {
+			return prefix
+		}
+	}
+	return ""
+}
+
+// takeReply consumes a commit reply drop armed for l (any connection's first, then l's application_name's).
+func (l *link) takeReply() bool {
+	if l.p.take(l, &l.p.dropReply, &l.p.stats.CommitReplies, func(f *AppFaults) *int { return &f.CommitReplies }) {
+		return true
+	}
+	p := l.p
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	prefix := l.targetedLocked()
+	if prefix == "" {
+		return false
+	}
+	p.dropTo[prefix]--
+	p.stats.CommitReplies++
+	p.stats.Cut++
+	f := p.byApp[l.app]
+	if f == nil {
+		f = &AppFaults{}
+		p.byApp[l.app] = f
+	}
+	f.CommitReplies++
+	return true
 }
 
 // flush forwards held-back server messages to the client.

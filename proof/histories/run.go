@@ -370,6 +370,11 @@ type nemesis struct {
 	// broker, when not nil, is a proxy in front of the broker: every fault that applies to a byte stream (black
 	// holes, delay, cuts, half-open) is injected there too, at random, instead of on PostgreSQL's proxy.
 	broker *Proxy
+	// saveApps, when not empty, is the application_name prefix of the connections that save: every other commit
+	// reply dropped (the first included) is one of theirs, so saves lose commits as often as the busier
+	// components do.
+	saveApps string
+	drops    int
 }
 
 // The nemesis's faults. The first round injects each once, in a seeded order, so every run exercises all of
@@ -447,6 +452,11 @@ func (n *nemesis) inject(ctx context.Context, kind int) string {
 	case faultTerminate:
 		n.terminate(ctx)
 		return "terminate server processes"
+	}
+	n.drops++
+	if n.saveApps != "" && n.drops%2 == 1 {
+		px.DropCommitReplyTo(n.saveApps)
+		return "drop commit reply (a save's)"
 	}
 	px.DropCommitReply()
 	return "drop commit reply"
