@@ -37,6 +37,7 @@ type Proxy struct {
 	target string
 	ln     net.Listener
 	logger *slog.Logger
+	raw    bool
 
 	mu         sync.Mutex
 	links      map[*link]struct{}
@@ -106,6 +107,10 @@ type ProxyOptions struct {
 	Seed uint64
 	// Logger receives one line per fault injected. Default: silent.
 	Logger *slog.Logger
+	// Raw forwards bytes as they come, without reading PostgreSQL's protocol: a proxy for another server (a
+	// broker). The black holes, delay, cuts and half-opens apply (CutMidStream cuts the next chunk the server
+	// sends halfway); the commit drops never fire. Default false.
+	Raw bool
 }
 
 // NewProxy listens on a free port of 127.0.0.1 and forwards every connection to target ("host:port").
@@ -125,6 +130,7 @@ func NewProxy(target string, opts ProxyOptions) (*Proxy, error) {
 		target:     target,
 		ln:         ln,
 		logger:     logger,
+		raw:        opts.Raw,
 		links:      map[*link]struct{}{},
 		byApp:      map[string]*AppFaults{},
 		dropTo:     map[string]int{},
@@ -406,9 +412,12 @@ func (l *link) run() {
 		delete(l.p.links, l)
 		l.p.mu.Unlock()
 	}()
-	startup, err := l.readStartup()
-	if err != nil {
-		return
+	var startup []byte
+	if !l.p.raw {
+		var err error
+		if startup, err = l.readStartup(); err != nil {
+			return
+		}
 	}
 	d := net.Dialer{Timeout: 5 * time.Second}
 	sc, err := d.Dial("tcp", l.p.target)
@@ -427,6 +436,14 @@ func (l *link) run() {
 	default:
 	}
 	if closed {
+		return
+	}
+	if l.p.raw {
+		var wg sync.WaitGroup
+		wg.Add(2)
+		go func() { defer wg.Done(); l.rawPump(l.client, l.server, ClientToServer) }()
+		go func() { defer wg.Done(); l.rawPump(l.server, l.client, ServerToClient) }()
+		wg.Wait()
 		return
 	}
 	if _, err := l.server.Write(startup); err != nil {
@@ -724,4 +741,37 @@ func (l *link) flush(msgs [][]byte) bool {
 		}
 	}
 	return true
+}
+
+// rawPump forwards bytes from one side to the other as they come (Raw), holding each chunk for the black hole and
+// the delay, and cutting the next chunk from the server halfway when CutMidStream is armed.
+func (l *link) rawPump(from, to *net.TCPConn, dir Direction) {
+	defer func() {
+		if dir == ServerToClient {
+			l.halfClose()
+		} else {
+			_ = to.CloseWrite()
+		}
+	}()
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := from.Read(buf)
+		if n > 0 {
+			if !l.p.hold(l, dir) {
+				return
+			}
+			if dir == ServerToClient && n >= 2 && l.p.take(l, &l.p.cutMid, &l.p.stats.CutMidStream, nil) {
+				l.p.logger.Info("histories: proxy cut a server chunk halfway")
+				_, _ = to.Write(buf[:n/2])
+				l.close()
+				return
+			}
+			if _, werr := to.Write(buf[:n]); werr != nil {
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
 }
