@@ -113,4 +113,3 @@ func TestRawProxyFaults(t *testing.T) {
 		}
 	})
 }
-
