@@ -105,6 +105,9 @@ type PostgresStore struct {
 	// recoveryProbe, when set (tests), replaces pg_is_in_recovery() in the log reader's checks.
 	recoveryProbe func(context.Context) (bool, error)
 	primary       atomic.Bool // the first ReadLog found a server not in recovery
+	// serverPIDs is what backendPIDs found of the pool's connections: 0 not checked yet, pidsDirect or
+	// pidsPooled.
+	serverPIDs atomic.Int32
 }
 
 type tables struct {
