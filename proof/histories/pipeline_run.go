@@ -84,6 +84,9 @@ type PipelineRunConfig struct {
 	// DrainTimeout bounds the wait, after the faults, for every committed message to have an effect and the
 	// projection to catch up. Default 2m.
 	DrainTimeout time.Duration
+	// PollOnly turns off the relay's and the projection's LISTEN wake-ups (RelayConfig.DisableNotify,
+	// projection.Config.DisableListen): required behind a pooler in transaction pooling mode. Default false.
+	PollOnly bool
 	// Logger receives the components' and the nemesis's lines. Default: silent.
 	Logger *slog.Logger
 }
@@ -566,6 +569,7 @@ func (p *pipeline) startRelay(ctx context.Context, wg *sync.WaitGroup) error {
 		MaxRetryDelay:          200 * time.Millisecond,
 		MaxDegreeOfParallelism: 4,
 		ProcessorID:            "histories-relay",
+		DisableNotify:          p.cfg.PollOnly,
 		LeaseDuration:          2 * time.Second,
 		AckDeadline:            10 * time.Second,
 		IsBrokerUnavailable:    p.brk.Unavailable,
@@ -600,7 +604,7 @@ func (p *pipeline) startProjection(ctx context.Context, wg *sync.WaitGroup) erro
 		_, err := tx.Exec(ctx, upsert, e.StreamID)
 		return err
 	}), &projection.Config{Name: "histories-read-model", Schema: p.cfg.Schema, StreamTypes: []string{counterType},
-		PollInterval: 50 * time.Millisecond, MaxAttempts: 1000, RetryDelay: 20 * time.Millisecond,
+		PollInterval: 50 * time.Millisecond, DisableListen: p.cfg.PollOnly, MaxAttempts: 1000, RetryDelay: 20 * time.Millisecond,
 		MaxRetryDelay: 200 * time.Millisecond, LeaseTTL: 2 * time.Second, LeaseAcquireInterval: 200 * time.Millisecond,
 		Logger: p.cfg.Logger})
 	if err != nil {

@@ -49,6 +49,14 @@ func TestPipelineUnderNetworkFaults(t *testing.T) {
 	if os.Getenv(envSize) == "full" {
 		cfg.Producers, cfg.Keys, cfg.Partitions, cfg.Duration = 6, 24, 4, 3*time.Minute
 	}
+	checkPipelineRun(t, cfg)
+}
+
+// checkPipelineRun runs cfg and checks its history with every pipeline checker; the run must have drained, lost
+// a save's commit reply, and saved, handled and read something.
+func checkPipelineRun(t *testing.T, cfg histories.PipelineRunConfig) {
+	t.Helper()
+	seed := cfg.Seed
 	ctx, cancel := context.WithTimeout(context.Background(), cfg.Duration+5*time.Minute)
 	defer cancel()
 	run, err := histories.RunPipeline(ctx, cfg)
