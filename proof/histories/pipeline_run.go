@@ -9,6 +9,8 @@ import (
 	"maps"
 	"math/rand/v2"
 	"net/url"
+	"os"
+	"runtime/pprof"
 	"slices"
 	"strings"
 	"sync"
@@ -149,6 +151,8 @@ type PipelineRun struct {
 	Drain   time.Duration
 	// Broker names the broker.
 	Broker string
+	// Stall describes the outbox when the run did not drain: its rows by state and their last errors.
+	Stall string
 
 	expected map[string]bool // the pipeline IDs of the committed log's messages
 }
@@ -166,6 +170,9 @@ func (r PipelineRun) Summary() string {
 		drops = append(drops, fmt.Sprintf("%s %d/%d", c, r.Drops[c].CommitReplies, r.Drops[c].CommitRequests))
 	}
 	fmt.Fprintf(&b, "commit replies/requests dropped: %s\n", strings.Join(drops, ", "))
+	if r.Stall != "" {
+		fmt.Fprintf(&b, "not drained: %s\n", r.Stall)
+	}
 	fmt.Fprintf(&b, "proxy: %+v", r.Proxy)
 	if r.BrokerProxy != nil {
 		fmt.Fprintf(&b, "\nbroker proxy: %+v", *r.BrokerProxy)
@@ -331,6 +338,14 @@ func RunPipeline(ctx context.Context, cfg PipelineRunConfig) (PipelineRun, error
 	began := time.Now()
 	run.Drained, err = p.drain(ctx, cfg.DrainTimeout)
 	run.Drain = time.Since(began)
+	if !run.Drained && err == nil {
+		run.Stall = p.outboxState(ctx)
+		if f, ferr := os.CreateTemp("", "histories-goroutines-*.txt"); ferr == nil {
+			_ = pprof.Lookup("goroutine").WriteTo(f, 1)
+			_ = f.Close()
+			run.Stall += "; goroutines then: " + f.Name()
+		}
+	}
 	stop()
 	comps.Wait()
 	wg.Wait()
@@ -836,6 +851,37 @@ func (p *pipeline) readModelNow(ctx context.Context) (map[string]int64, error) {
 		m[k] = n
 	}
 	return m, rows.Err()
+}
+
+// outboxState describes the outbox's rows (read straight from the server): how many are due, parked behind their
+// key, leased, backing off, and their most frequent last errors.
+func (p *pipeline) outboxState(ctx context.Context) string {
+	outboxT := pgx.Identifier{p.cfg.Schema, "outbox"}.Sanitize()
+	var rows, due, parked, leased, backoff, attempts int64
+	err := p.cfg.Admin.QueryRow(ctx, `SELECT count(*),
+		count(*) FILTER (WHERE next_attempt_at <= now() AND (lease_expires_at IS NULL OR lease_expires_at < now())),
+		count(*) FILTER (WHERE next_attempt_at = 'infinity'),
+		count(*) FILTER (WHERE lease_expires_at >= now()),
+		count(*) FILTER (WHERE next_attempt_at > now() AND next_attempt_at < 'infinity'),
+		coalesce(max(attempts), 0) FROM `+outboxT).Scan(&rows, &due, &parked, &leased, &backoff, &attempts)
+	if err != nil {
+		return fmt.Sprintf("the outbox could not be read: %v", err)
+	}
+	out := fmt.Sprintf("outbox rows=%d due=%d parked=%d leased=%d backing-off=%d max-attempts=%d", rows, due,
+		parked, leased, backoff, attempts)
+	errs, err := p.cfg.Admin.Query(ctx, `SELECT left(last_error, 200), count(*) FROM `+outboxT+`
+		WHERE last_error IS NOT NULL GROUP BY 1 ORDER BY 2 DESC LIMIT 3`)
+	if err == nil {
+		for errs.Next() {
+			var e string
+			var n int64
+			if errs.Scan(&e, &n) == nil {
+				out += fmt.Sprintf("; %d× %q", n, e)
+			}
+		}
+		errs.Close()
+	}
+	return out
 }
 
 // readBack reads the committed log straight from the server: the counters' events (which saves committed, the

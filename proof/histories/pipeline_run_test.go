@@ -5,12 +5,17 @@ import (
 	"log/slog"
 	"os"
 	"strconv"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/stagehand-es/stagehand/internal/pgtest"
 	"github.com/stagehand-es/stagehand/proof/histories"
 )
+
+// envDuration overrides a pipeline run's duration ("90s").
+const envDuration = "STAGEHAND_HISTORIES_DURATION"
 
 // runSeed returns the seed of a run: STAGEHAND_HISTORIES_SEED, or a new one.
 func runSeed(t *testing.T) uint64 {
@@ -49,6 +54,9 @@ func TestPipelineUnderNetworkFaults(t *testing.T) {
 	if os.Getenv(envSize) == "full" {
 		cfg.Producers, cfg.Keys, cfg.Partitions, cfg.Duration = 6, 24, 4, 3*time.Minute
 	}
+	if d, err := time.ParseDuration(os.Getenv(envDuration)); err == nil {
+		cfg.Duration = d
+	}
 	checkPipelineRun(t, cfg)
 }
 
@@ -56,6 +64,16 @@ func TestPipelineUnderNetworkFaults(t *testing.T) {
 // a save's commit reply, and saved, handled and read something.
 func checkPipelineRun(t *testing.T, cfg histories.PipelineRunConfig) {
 	t.Helper()
+	var logs *ringLog
+	if cfg.Logger == nil {
+		logs = &ringLog{max: 300}
+		cfg.Logger = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	}
+	defer func() {
+		if t.Failed() && logs != nil {
+			t.Logf("the components' last warnings:\n%s", logs)
+		}
+	}()
 	seed := cfg.Seed
 	ctx, cancel := context.WithTimeout(context.Background(), cfg.Duration+5*time.Minute)
 	defer cancel()
@@ -77,4 +95,27 @@ func checkPipelineRun(t *testing.T, cfg histories.PipelineRunConfig) {
 	if c["save/ok"] == 0 || c["effect/ok"] == 0 || c["projection-read/ok"] == 0 {
 		t.Fatalf("seed %d: the run did too little to check anything: %s", seed, histories.FormatCounts(run.History))
 	}
+}
+
+// ringLog keeps the last max lines written to it.
+type ringLog struct {
+	mu    sync.Mutex
+	max   int
+	lines []string
+}
+
+func (r *ringLog) Write(p []byte) (int, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.lines = append(r.lines, strings.TrimRight(string(p), "\n"))
+	if len(r.lines) > r.max {
+		r.lines = r.lines[len(r.lines)-r.max:]
+	}
+	return len(p), nil
+}
+
+func (r *ringLog) String() string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return strings.Join(r.lines, "\n")
 }

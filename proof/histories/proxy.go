@@ -636,7 +636,11 @@ func (l *link) serverToClient() {
 		if err != nil {
 			return
 		}
-		if !buffering && l.armed() {
+		// A notification (or notice, or parameter status) between exchanges is not a reply: an idle listening
+		// connection receives nothing else, so buffering from it would hold its notifications until a
+		// ReadyForQuery that never comes.
+		async := msg[0] == 'A' || msg[0] == 'N' || msg[0] == 'S'
+		if !buffering && l.armed() && !async {
 			buffering, sawCommit, sawWrite, sawError = true, false, false, false
 			began = byte(l.status.Load())
 		}

@@ -351,3 +351,23 @@ func TestProxyHalfOpen(t *testing.T) {
 	// The client closes on the error; the proxy passes the close on, and the server process ends.
 	backendGone(t, pool, pid)
 }
+
+// TestProxyArmedDropPassesNotifications: while a commit reply drop is armed, a listening connection between
+// exchanges still receives its notifications (they are not a reply to hold back).
+func TestProxyArmedDropPassesNotifications(t *testing.T) {
+	pgtest.CheckLeaks(t)
+	p, pool, _ := proxied(t)
+	c := connect(t, p)
+	ctx := ctxT(t, 10*time.Second)
+	if _, err := c.Exec(ctx, "LISTEN proxy_test"); err != nil {
+		t.Fatal(err)
+	}
+	p.DropCommitReply()
+	defer p.Disarm()
+	pgtest.Exec(t, pool, "SELECT pg_notify('proxy_test', 'x')")
+	wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if n, err := c.WaitForNotification(wctx); err != nil || n.Payload != "x" {
+		t.Fatalf("notification through the proxy with a drop armed: %v, %v", n, err)
+	}
+}
