@@ -1,5 +1,16 @@
 package stagehand
 
+import "errors"
+
+// ErrPooledConnection is matched (errors.Is) by the error of a component that needs a session of its own and was
+// given a pool whose connections go through a pooler that does not keep one: a relay or a log follower (a
+// projection, a Deferred stager, a reconciler) listening for wake-up notifications (LISTEN) through PgBouncer in
+// transaction pooling mode, where notifications never arrive. The error names the setting that turns listening
+// off (outbox.RelayConfig.DisableNotify, projection.Config.DisableListen...); the other way is to give that
+// component a pool with a direct connection to PostgreSQL, beside the pooled pool the application's transactions
+// use (see the repository README, "Behind a connection pooler").
+var ErrPooledConnection = errors.New("stagehand: the connection goes through a pooler that does not keep a session")
+
 // PoolUse counts the long-running stagehand components of one process that share one pgxpool.Pool, for PoolSize.
 // The outbox README's "Pool size" section explains every count.
 type PoolUse struct {

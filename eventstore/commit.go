@@ -92,14 +92,15 @@ func (s *PostgresStore) commitUnknown(req AppendRequest, ids []uuid.UUID, err er
 
 // resolveCommit finds out, on another connection, whether an append whose connection was lost committed: all its
 // events stored means it did (its result is returned). Otherwise, when pid (the lost connection's server process)
-// is known, it waits for that process to end (from then on its transaction has committed or aborted for good) and
-// looks again: none stored then means it did not commit (a plain error). Anything else is a CommitUnknownError.
+// is known, and is a server process (not a pooler's number: backendPIDs), it waits for that process to end (from
+// then on its transaction has committed or aborted for good) and looks again: none stored then means it did not
+// commit (a plain error). Anything else is a CommitUnknownError.
 func (s *PostgresStore) resolveCommit(ctx context.Context, req AppendRequest, ids []uuid.UUID, pid uint32,
 	lost error) (AppendResult, error) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), resolveTimeout)
 	defer cancel()
 	found, err := s.countEvents(ctx, ids)
-	if err == nil && found < len(ids) && pid != 0 && s.waitForBackend(ctx, pid) {
+	if err == nil && found < len(ids) && pid != 0 && s.backendPIDs(ctx) && s.waitForBackend(ctx, pid) {
 		if found, err = s.countEvents(ctx, ids); err == nil && found == 0 {
 			return AppendResult{}, fmt.Errorf("eventstore: append to stream %q did not commit (the connection "+
 				"was lost before the commit completed; nothing was appended): %w", req.StreamID, lost)
@@ -118,6 +119,43 @@ func (s *PostgresStore) resolveCommit(ctx context.Context, req AppendRequest, id
 			"stream", req.StreamID, "error", err)
 	}
 	return AppendResult{}, s.commitUnknown(req, ids, lost)
+}
+
+const (
+	pidsDirect = 1 // a connection's process ID is the server process serving it
+	pidsPooled = 2 // it is not: a pooler (PgBouncer) handed out keys of its own
+)
+
+// backendPIDs reports whether the process ID a pool connection was started with (its BackendKeyData) is the
+// server process that runs its statements, as on a direct connection. Through a connection pooler it is the
+// pooler's own number, so the end of that "process" says nothing of a transaction in flight: resolveCommit must
+// not wait for it. Found out once per store, on a pool connection; when the check cannot run, it reports false
+// (the pid is not trusted: the outcome is left unknown rather than guessed).
+func (s *PostgresStore) backendPIDs(ctx context.Context) bool {
+	switch s.serverPIDs.Load() {
+	case pidsDirect:
+		return true
+	case pidsPooled:
+		return false
+	}
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return false
+	}
+	defer conn.Release()
+	var pid int32
+	if err := conn.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&pid); err != nil {
+		return false
+	}
+	if uint32(pid) == conn.Conn().PgConn().PID() {
+		s.serverPIDs.Store(pidsDirect)
+		return true
+	}
+	s.serverPIDs.Store(pidsPooled)
+	s.cfg.Logger.InfoContext(ctx, "stagehand: the event store's connections go through a pooler; a lost commit "+
+		"whose events are not found is reported as ErrCommitUnknown, since the server process that ran it "+
+		"cannot be waited for")
+	return false
 }
 
 // countEvents counts the stored events among ids. It tries a few times: the failure that lost the commit (a

@@ -94,6 +94,9 @@ type PostgresStore struct {
 	channel  string
 
 	primary atomic.Bool // the first ReadLog found a server not in recovery
+	// serverPIDs is what backendPIDs found of the pool's connections: 0 not checked yet, pidsDirect or
+	// pidsPooled.
+	serverPIDs atomic.Int32
 }
 
 type tables struct {

@@ -3,6 +3,7 @@ package outbox
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -13,6 +14,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/sony/gobreaker"
 
+	"github.com/stagehand-es/stagehand"
 	"github.com/stagehand-es/stagehand/internal/pgnotify"
 	"github.com/stagehand-es/stagehand/internal/telemetry"
 )
@@ -191,6 +193,28 @@ func BrokerUnavailable(err error) bool {
 		return true
 	}
 	return errors.Is(err, gobreaker.ErrOpenState) || errors.Is(err, gobreaker.ErrTooManyRequests)
+}
+
+// checkListen refuses, once per relay, a relay that would listen for wake-up notifications on a pool that cannot
+// deliver them (a pooler in transaction pooling mode). When the check cannot run (the database unreachable), the
+// relay starts and listens as usual.
+func (r *Relay) checkListen(ctx context.Context) error {
+	if r.s.DisableNotify || r.listenChecked.Load() {
+		return nil
+	}
+	reason, err := pgnotify.CheckDelivery(ctx, r.o.pool)
+	if err != nil {
+		r.s.Logger.DebugContext(ctx, "stagehand: could not check that the relay's pool delivers notifications",
+			"error", err)
+		return nil
+	}
+	if reason != "" {
+		return fmt.Errorf("%w: outbox: the relay listens for wake-up notifications on the outbox's pool, and %s; "+
+			"set RelayConfig.DisableNotify to poll only, or run the relay on an outbox whose pool connects to "+
+			"PostgreSQL directly", stagehand.ErrPooledConnection, reason)
+	}
+	r.listenChecked.Store(true)
+	return nil
 }
 
 // listenFor listens for the outbox's wake-up notifications.

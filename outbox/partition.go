@@ -53,6 +53,9 @@ func (r *Relay) start(ctx context.Context, topics []string, deliver func(context
 	}
 	if onEnd != nil {
 		r.checkPool()
+		if err := r.checkListen(ctx); err != nil {
+			return nil, err
+		}
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()

@@ -43,9 +43,11 @@ type Relay struct {
 	tel    *relayTelemetry
 
 	fenceChecked atomic.Bool
-	poolWarned   atomic.Bool       // a pool smaller than a subscription holds at once is logged once
-	maint        *relayMaintenance // nil when RelayConfig.Maintenance.Disabled
-	beat         *heartbeat.Beat   // the relay's heartbeat (heartbeat.go); nil when it cannot be made
+	// listenChecked: checkListen found that the pool delivers notifications.
+	listenChecked atomic.Bool
+	poolWarned    atomic.Bool       // a pool smaller than a subscription holds at once is logged once
+	maint         *relayMaintenance // nil when RelayConfig.Maintenance.Disabled
+	beat          *heartbeat.Beat   // the relay's heartbeat (heartbeat.go); nil when it cannot be made
 
 	mu     sync.Mutex
 	closed bool

@@ -29,6 +29,10 @@ type WorkerConfig struct {
 	BatchSize int
 	// PollInterval is how often the log is polled when no wake-up arrives. Default 1s.
 	PollInterval time.Duration
+	// DisableListen turns off LISTEN/NOTIFY wake-ups (polling only): needed when the event store's pool goes
+	// through a pooler in transaction pooling mode, where Run otherwise fails with stagehand.ErrPooledConnection.
+	// Default false.
+	DisableListen bool
 	// LeaseTTL is how long a dead worker blocks its successor: one instance per name runs at a time across
 	// processes. Default 5s (a successor takes over about 5-6s after a crash).
 	LeaseTTL time.Duration
@@ -138,17 +142,18 @@ func newWorker(kind string, store eventstore.Store, o *outbox.Outbox, m *Mapping
 	}
 	w.watermark = w.name
 	f, err := logfollow.New(o.Pool(), store, w.handle, &logfollow.Config{
-		Name:         w.name,
-		Kind:         kind,
-		Schema:       c.Schema,
-		EventTypes:   types,
-		BatchSize:    c.BatchSize,
-		PollInterval: c.PollInterval,
-		LeaseTTL:     c.LeaseTTL,
-		Owner:        c.Owner,
-		Logger:       c.Logger,
-		AfterCommit:  o.Notify,
-		MaxAttempts:  c.MaxAttempts, RetryDelay: c.RetryDelay, MaxRetryDelay: c.MaxRetryDelay,
+		Name:          w.name,
+		Kind:          kind,
+		Schema:        c.Schema,
+		EventTypes:    types,
+		BatchSize:     c.BatchSize,
+		PollInterval:  c.PollInterval,
+		DisableListen: c.DisableListen,
+		LeaseTTL:      c.LeaseTTL,
+		Owner:         c.Owner,
+		Logger:        c.Logger,
+		AfterCommit:   o.Notify,
+		MaxAttempts:   c.MaxAttempts, RetryDelay: c.RetryDelay, MaxRetryDelay: c.MaxRetryDelay,
 		OnExhausted: w.onExhausted(c.OnFailure),
 	})
 	if err != nil {

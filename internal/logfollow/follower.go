@@ -30,9 +30,10 @@ type Follower struct {
 	q       checkpointSQL
 	filter  string
 
-	running    atomic.Bool
-	poolWarned atomic.Bool // the pool's shortfall is logged once
-	wake       chan struct{}
+	running       atomic.Bool
+	poolWarned    atomic.Bool // the pool's shortfall is logged once
+	listenChecked atomic.Bool // checkListen found that the pool delivers notifications
+	wake          chan struct{}
 	// beat records, while Run runs, that this process runs the follower (active or standby) and when it last
 	// applied events; nil when it cannot be made (heartbeats are best effort).
 	beat *heartbeat.Beat
@@ -118,6 +119,9 @@ func (f *Follower) Run(ctx context.Context) error {
 	}
 	var notified <-chan struct{}
 	if n, ok := f.store.(notifier); ok && !f.cfg.DisableListen && n.Pool() != nil {
+		if err := f.checkListen(ctx, n.Pool()); err != nil {
+			return err
+		}
 		w, stop := pgnotify.Listen(ctx, n.Pool(), n.NotifyChannel(), f.cfg.ReconnectDelay, f.cfg.Logger)
 		defer stop()
 		notified = w
@@ -127,6 +131,27 @@ func (f *Follower) Run(ctx context.Context) error {
 		return f.leases.RunShared(ctx, f.cfg.Share, f.cfg.Partition, LeasePrefix+f.cfg.Name, follow)
 	}
 	return f.leases.Run(ctx, LeasePrefix+f.cfg.Name, follow)
+}
+
+// checkListen refuses, once per follower, to listen for wake-ups on a pool that cannot deliver them (a pooler in
+// transaction pooling mode). When the check cannot run (the database unreachable), the follower listens as usual.
+func (f *Follower) checkListen(ctx context.Context, pool *pgxpool.Pool) error {
+	if f.listenChecked.Load() {
+		return nil
+	}
+	reason, err := pgnotify.CheckDelivery(ctx, pool)
+	if err != nil {
+		f.cfg.Logger.DebugContext(ctx, "stagehand: could not check that the event store's pool delivers "+
+			"notifications", "name", f.cfg.Name, "error", err)
+		return nil
+	}
+	if reason != "" {
+		return f.errorf("%w: it listens for wake-up notifications on the event store's pool, and %s; set "+
+			"DisableListen in its configuration to poll only, or give it an event store whose pool connects to "+
+			"PostgreSQL directly", stagehand.ErrPooledConnection, reason)
+	}
+	f.listenChecked.Store(true)
+	return nil
 }
 
 // progress is the follower's view while it holds the lease.

@@ -9,8 +9,11 @@ package pgnotify
 
 import (
 	"context"
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
+	"fmt"
 	"log/slog"
 	"sync"
 	"time"
@@ -151,6 +154,65 @@ func Listen(ctx context.Context, pool *pgxpool.Pool, channel string, reconnectDe
 		cancel()
 		<-done
 	}
+}
+
+// ProbeTimeout bounds CheckDelivery's wait for its probe notification.
+const ProbeTimeout = 5 * time.Second
+
+// CheckDelivery reports whether a connection opened with pool's configuration, as Listen opens one, receives the
+// notifications sent to a channel it listens on. It returns "" when it does, and otherwise why not.
+//
+// A direct connection passes at once: the process ID the server reported when it started (its BackendKeyData) is
+// the process serving it (pg_backend_pid). A connection pooler hands out keys of its own, so a pooled connection
+// is probed: it LISTENs on a fresh channel, another connection notifies it, and the notification must arrive
+// within ProbeTimeout. A pooler in session pooling mode delivers it (the client keeps its server session); one in
+// transaction pooling mode (PgBouncer's pool_mode=transaction, the most common) does not: LISTEN succeeds on
+// whichever server connection ran it, which then serves other clients, and the notifications never reach the
+// listener. An error means the check could not run (the database unreachable).
+func CheckDelivery(ctx context.Context, pool *pgxpool.Pool) (string, error) {
+	cfg := pool.Config().ConnConfig
+	conn, err := pgx.ConnectConfig(ctx, cfg.Copy())
+	if err != nil {
+		return "", err
+	}
+	defer func() { _ = conn.Close(context.WithoutCancel(ctx)) }()
+	var pid int32
+	if err := conn.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&pid); err != nil {
+		return "", err
+	}
+	if uint32(pid) == conn.PgConn().PID() {
+		return "", nil
+	}
+	var tag [8]byte
+	_, _ = rand.Read(tag[:])
+	channel := "stagehand.probe." + hex.EncodeToString(tag[:])
+	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{channel}.Sanitize()); err != nil {
+		return "", err
+	}
+	other, err := pgx.ConnectConfig(ctx, cfg.Copy())
+	if err != nil {
+		return "", err
+	}
+	_, err = other.Exec(ctx, "SELECT pg_notify($1, '')", channel)
+	_ = other.Close(context.WithoutCancel(ctx))
+	if err != nil {
+		return "", err
+	}
+	wctx, cancel := context.WithTimeout(ctx, ProbeTimeout)
+	defer cancel()
+	if _, err := conn.WaitForNotification(wctx); err != nil {
+		if ctx.Err() != nil {
+			return "", ctx.Err()
+		}
+		if !errors.Is(err, context.DeadlineExceeded) && !pgconn.Timeout(err) {
+			return "", err
+		}
+		return fmt.Sprintf("its connections go through a connection pooler (the server process serving one, %d, "+
+			"is not the one it was started with) that delivered no notification to a listening connection within "+
+			"%s: a pooler in transaction pooling mode (PgBouncer's pool_mode=transaction) loses every LISTEN",
+			pid, ProbeTimeout), nil
+	}
+	return "", nil
 }
 
 type wakeHandler func()

@@ -72,3 +72,19 @@ func TestNotifierCoalescesBursts(t *testing.T) {
 	require.GreaterOrEqual(t, counter.calls(), 1)
 	require.Less(t, counter.calls(), 100, "a burst of notifications must be coalesced")
 }
+
+// A direct connection passes CheckDelivery without the probe (the refusal through PgBouncer in transaction pooling
+// mode, and the pass in session pooling mode, are tested in proof/histories, which runs PgBouncer).
+func TestCheckDeliveryPassesADirectConnection(t *testing.T) {
+	pool, _ := pgtest.Schema(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	began := time.Now()
+	reason, err := pgnotify.CheckDelivery(ctx, pool)
+	if err != nil || reason != "" {
+		t.Fatalf("CheckDelivery on a direct pool: %q, %v", reason, err)
+	}
+	if waited := time.Since(began); waited >= pgnotify.ProbeTimeout {
+		t.Fatalf("a direct pool was probed (%s): the process ID check should have passed it", waited)
+	}
+}

@@ -40,8 +40,10 @@ type PipelineMessage struct {
 	Seq int64
 }
 
-// SaveInput is the input of a save: the messages it staged.
+// SaveInput is the input of a save: the messages it staged, and the save's own ID when the run can tell from the
+// committed log whether it committed (ResolveSaves).
 type SaveInput struct {
+	Save     string
 	Messages []PipelineMessage
 }
 
@@ -249,4 +251,44 @@ func checkOrder(h []Op, add func(kind, msg, detail string, ops ...Op)) {
 			}
 		}
 	}
+}
+
+// ResolveSaves holds the saves of h to the committed log read after the run, when nothing can commit any more:
+// committed holds the IDs (SaveInput.Save) of the saves whose events are in the log. An indeterminate save is
+// resolved to ok when it committed and to fail when it did not, so CheckPipeline then requires its messages'
+// effects exactly as for an acknowledged save (a message of a save that committed after an ErrCommitUnknown must
+// not be lost either). An acknowledged save missing from the log is flagged "lost save", a failed one present in
+// it "failed save committed" (the client was told a definite failure of a save that took effect). Saves without
+// an ID and other operations are returned as they are.
+func ResolveSaves(h []Op, committed map[string]bool) ([]Op, []PipelineViolation) {
+	out := make([]Op, len(h))
+	var vs []PipelineViolation
+	for i, o := range h {
+		out[i] = o
+		in, ok := o.Input.(SaveInput)
+		if o.Kind != KindSave || !ok || in.Save == "" {
+			continue
+		}
+		c := committed[in.Save]
+		switch outcomeOf(o) {
+		case OK:
+			if !c {
+				vs = append(vs, PipelineViolation{Kind: "lost save", Message: in.Save,
+					Detail: "the save was acknowledged; its events are not in the committed log", Ops: []Op{o}})
+			}
+		case Fail:
+			if c {
+				vs = append(vs, PipelineViolation{Kind: "failed save committed", Message: in.Save,
+					Detail: "the save was reported failed; its events are in the committed log", Ops: []Op{o}})
+			}
+		default:
+			if c {
+				out[i].Outcome = OK
+			} else {
+				out[i].Outcome = Fail
+			}
+			out[i].Err = strings.TrimSpace(o.Err + " (resolved from the committed log)")
+		}
+	}
+	return out, vs
 }

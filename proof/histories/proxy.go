@@ -37,6 +37,7 @@ type Proxy struct {
 	target string
 	ln     net.Listener
 	logger *slog.Logger
+	raw    bool
 
 	mu         sync.Mutex
 	links      map[*link]struct{}
@@ -45,10 +46,11 @@ type Proxy struct {
 	delay      time.Duration
 	jitter     time.Duration
 	blackhole  Direction
-	healed     chan struct{} // closed (and replaced) on every change of the black hole
-	dropReply  int           // commit replies left to drop
-	dropReq    int           // commit requests left to drop
-	cutMid     int           // server replies left to cut halfway
+	healed     chan struct{}  // closed (and replaced) on every change of the black hole
+	dropReply  int            // commit replies left to drop
+	dropTo     map[string]int // commit replies left to drop on connections whose application_name has the prefix
+	dropReq    int            // commit requests left to drop
+	cutMid     int            // server replies left to cut halfway
 	stats      ProxyStats
 	byApp      map[string]*AppFaults
 	wg         sync.WaitGroup
@@ -105,6 +107,10 @@ type ProxyOptions struct {
 	Seed uint64
 	// Logger receives one line per fault injected. Default: silent.
 	Logger *slog.Logger
+	// Raw forwards bytes as they come, without reading PostgreSQL's protocol: a proxy for another server (a
+	// broker). The black holes, delay, cuts and half-opens apply (CutMidStream cuts the next chunk the server
+	// sends halfway); the commit drops never fire. Default false.
+	Raw bool
 }
 
 // NewProxy listens on a free port of 127.0.0.1 and forwards every connection to target ("host:port").
@@ -124,8 +130,10 @@ func NewProxy(target string, opts ProxyOptions) (*Proxy, error) {
 		target:     target,
 		ln:         ln,
 		logger:     logger,
+		raw:        opts.Raw,
 		links:      map[*link]struct{}{},
 		byApp:      map[string]*AppFaults{},
+		dropTo:     map[string]int{},
 		rng:        rand.New(rand.NewPCG(opts.Seed, opts.Seed^0x9e3779b97f4a7c15)),
 		healed:     make(chan struct{}),
 		acceptDone: make(chan struct{}),
@@ -210,6 +218,14 @@ func (p *Proxy) DropCommitReply() {
 	p.dropReply++
 }
 
+// DropCommitReplyTo is DropCommitReply on the next connection whose startup named an application_name that
+// begins with prefix: the exchange that commits next on one of those connections loses its reply.
+func (p *Proxy) DropCommitReplyTo(prefix string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.dropTo[prefix]++
+}
+
 // DropCommitRequest arms the proxy to withhold the next message that would make the server commit, on any
 // connection, and to cut that connection (the server rolls the transaction back).
 func (p *Proxy) DropCommitRequest() {
@@ -223,6 +239,7 @@ func (p *Proxy) Disarm() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.dropReply, p.dropReq, p.cutMid = 0, 0, 0
+	clear(p.dropTo)
 }
 
 // CutMidStream arms the proxy to forward only the first half of the next server message of at least two bytes, on
@@ -395,9 +412,12 @@ func (l *link) run() {
 		delete(l.p.links, l)
 		l.p.mu.Unlock()
 	}()
-	startup, err := l.readStartup()
-	if err != nil {
-		return
+	var startup []byte
+	if !l.p.raw {
+		var err error
+		if startup, err = l.readStartup(); err != nil {
+			return
+		}
 	}
 	d := net.Dialer{Timeout: 5 * time.Second}
 	sc, err := d.Dial("tcp", l.p.target)
@@ -416,6 +436,14 @@ func (l *link) run() {
 	default:
 	}
 	if closed {
+		return
+	}
+	if l.p.raw {
+		var wg sync.WaitGroup
+		wg.Add(2)
+		go func() { defer wg.Done(); l.rawPump(l.client, l.server, ClientToServer) }()
+		go func() { defer wg.Done(); l.rawPump(l.server, l.client, ServerToClient) }()
+		wg.Wait()
 		return
 	}
 	if _, err := l.server.Write(startup); err != nil {
@@ -608,7 +636,11 @@ func (l *link) serverToClient() {
 		if err != nil {
 			return
 		}
-		if !buffering && l.armed() {
+		// A notification (or notice, or parameter status) between exchanges is not a reply: an idle listening
+		// connection receives nothing else, so buffering from it would hold its notifications until a
+		// ReadyForQuery that never comes.
+		async := msg[0] == 'A' || msg[0] == 'N' || msg[0] == 'S'
+		if !buffering && l.armed() && !async {
 			buffering, sawCommit, sawWrite, sawError = true, false, false, false
 			began = byte(l.status.Load())
 		}
@@ -650,8 +682,7 @@ func (l *link) serverToClient() {
 			continue
 		}
 		committed := len(msg) >= 6 && msg[5] == 'I' && (sawCommit || (sawWrite && !sawError && began == 'I'))
-		if committed && l.p.take(l, &l.p.dropReply, &l.p.stats.CommitReplies,
-			func(f *AppFaults) *int { return &f.CommitReplies }) {
+		if committed && l.takeReply() {
 			l.p.logger.Info("histories: proxy dropped a commit reply and cut the connection")
 			l.close()
 			return
@@ -666,7 +697,41 @@ func (l *link) serverToClient() {
 func (l *link) armed() bool {
 	l.p.mu.Lock()
 	defer l.p.mu.Unlock()
-	return l.p.dropReply > 0
+	return l.p.dropReply > 0 || l.targetedLocked() != ""
+}
+
+// targetedLocked returns the prefix of a DropCommitReplyTo armed for l's application_name, or "".
+func (l *link) targetedLocked() string {
+	for prefix, n := range l.p.dropTo {
+		if n > 0 && strings.HasPrefix(l.app, prefix) {
+			return prefix
+		}
+	}
+	return ""
+}
+
+// takeReply consumes a commit reply drop armed for l (any connection's first, then l's application_name's).
+func (l *link) takeReply() bool {
+	if l.p.take(l, &l.p.dropReply, &l.p.stats.CommitReplies, func(f *AppFaults) *int { return &f.CommitReplies }) {
+		return true
+	}
+	p := l.p
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	prefix := l.targetedLocked()
+	if prefix == "" {
+		return false
+	}
+	p.dropTo[prefix]--
+	p.stats.CommitReplies++
+	p.stats.Cut++
+	f := p.byApp[l.app]
+	if f == nil {
+		f = &AppFaults{}
+		p.byApp[l.app] = f
+	}
+	f.CommitReplies++
+	return true
 }
 
 // flush forwards held-back server messages to the client.
@@ -680,4 +745,37 @@ func (l *link) flush(msgs [][]byte) bool {
 		}
 	}
 	return true
+}
+
+// rawPump forwards bytes from one side to the other as they come (Raw), holding each chunk for the black hole and
+// the delay, and cutting the next chunk from the server halfway when CutMidStream is armed.
+func (l *link) rawPump(from, to *net.TCPConn, dir Direction) {
+	defer func() {
+		if dir == ServerToClient {
+			l.halfClose()
+		} else {
+			_ = to.CloseWrite()
+		}
+	}()
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := from.Read(buf)
+		if n > 0 {
+			if !l.p.hold(l, dir) {
+				return
+			}
+			if dir == ServerToClient && n >= 2 && l.p.take(l, &l.p.cutMid, &l.p.stats.CutMidStream, nil) {
+				l.p.logger.Info("histories: proxy cut a server chunk halfway")
+				_, _ = to.Write(buf[:n/2])
+				l.close()
+				return
+			}
+			if _, werr := to.Write(buf[:n]); werr != nil {
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
 }

@@ -42,14 +42,20 @@ func proxied(t *testing.T) (*histories.Proxy, *pgxpool.Pool, string) {
 // connect opens one connection through the proxy (with the test server's SSL mode: the proxy refuses SSL).
 func connect(t *testing.T, p *histories.Proxy) *pgx.Conn {
 	t.Helper()
+	return connectAs(t, p, "proxy-test")
+}
+
+// connectAs is connect with application_name app.
+func connectAs(t *testing.T, p *histories.Proxy, app string) *pgx.Conn {
+	t.Helper()
 	u, err := histories.Through(pgtest.URL(t), p.Addr())
 	if err != nil {
 		t.Fatal(err)
 	}
 	if strings.Contains(u, "?") {
-		u += "&application_name=proxy-test"
+		u += "&application_name=" + app
 	} else {
-		u += "?application_name=proxy-test"
+		u += "?application_name=" + app
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -171,6 +177,31 @@ func TestProxyDropCommitReply(t *testing.T) {
 	}
 	if f := p.FaultsOn("proxy-test"); f.CommitReplies != 2 || f.CommitRequests != 0 {
 		t.Fatalf("faults on the test's application %+v, want 2 commit replies dropped", f)
+	}
+}
+
+// TestProxyDropCommitReplyTo drops the reply of a commit on a connection of the application named, and lets the
+// commits of another application's connection through while it is armed.
+func TestProxyDropCommitReplyTo(t *testing.T) {
+	pgtest.CheckLeaks(t)
+	p, pool, table := proxied(t)
+	other, target := connectAs(t, p, "proxy-other"), connectAs(t, p, "proxy-target-1")
+	ctx := ctxT(t, 10*time.Second)
+	p.DropCommitReplyTo("proxy-target")
+	if _, err := other.Exec(ctx, "INSERT INTO "+table+" VALUES (1)"); err != nil {
+		t.Fatalf("another application's commit: %v", err)
+	}
+	if _, err := target.Exec(ctx, "INSERT INTO "+table+" VALUES (2)"); err == nil {
+		t.Fatal("the target's insert succeeded; want a lost connection")
+	}
+	if n := pgtest.Count(t, pool, "SELECT count(*) FROM "+table); n != 2 {
+		t.Fatalf("%d rows, want both inserts committed", n)
+	}
+	if f := p.FaultsOn("proxy-target-1"); f.CommitReplies != 1 {
+		t.Fatalf("faults on the target %+v, want 1 commit reply dropped", f)
+	}
+	if f := p.FaultsOn("proxy-other"); f.CommitReplies != 0 {
+		t.Fatalf("faults on the other application %+v, want none", f)
 	}
 }
 
@@ -319,4 +350,24 @@ func TestProxyHalfOpen(t *testing.T) {
 	}
 	// The client closes on the error; the proxy passes the close on, and the server process ends.
 	backendGone(t, pool, pid)
+}
+
+// TestProxyArmedDropPassesNotifications: while a commit reply drop is armed, a listening connection between
+// exchanges still receives its notifications (they are not a reply to hold back).
+func TestProxyArmedDropPassesNotifications(t *testing.T) {
+	pgtest.CheckLeaks(t)
+	p, pool, _ := proxied(t)
+	c := connect(t, p)
+	ctx := ctxT(t, 10*time.Second)
+	if _, err := c.Exec(ctx, "LISTEN proxy_test"); err != nil {
+		t.Fatal(err)
+	}
+	p.DropCommitReply()
+	defer p.Disarm()
+	pgtest.Exec(t, pool, "SELECT pg_notify('proxy_test', 'x')")
+	wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if n, err := c.WaitForNotification(wctx); err != nil || n.Payload != "x" {
+		t.Fatalf("notification through the proxy with a drop armed: %v, %v", n, err)
+	}
 }

@@ -163,8 +163,8 @@ func RunStreams(ctx context.Context, cfg StreamRunConfig) (StreamRun, error) {
 
 	runCtx, stop := context.WithTimeout(ctx, cfg.Duration)
 	defer stop()
-	n := &nemesis{cfg: cfg, proxy: proxy, rng: rand.New(rand.NewPCG(cfg.Seed, 1)), appPrefix: appPrefix,
-		faults: map[string]int{}}
+	n := &nemesis{faultEvery: cfg.FaultEvery, logger: cfg.Logger, admin: cfg.Admin, proxy: proxy,
+		rng: rand.New(rand.NewPCG(cfg.Seed, 1)), appPrefix: appPrefix, faults: map[string]int{}}
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() { defer wg.Done(); n.run(runCtx) }()
@@ -360,11 +360,21 @@ func (c *streamClient) append(ctx context.Context, stream string) {
 
 // nemesis injects one fault at a time at random, seeded.
 type nemesis struct {
-	cfg       StreamRunConfig
-	proxy     *Proxy
-	rng       *rand.Rand
-	appPrefix string
-	faults    map[string]int
+	faultEvery time.Duration
+	logger     *slog.Logger
+	admin      *pgxpool.Pool // terminates the clients' server processes
+	proxy      *Proxy
+	rng        *rand.Rand
+	appPrefix  string // the application_name prefix of the clients' connections
+	faults     map[string]int
+	// broker, when not nil, is a proxy in front of the broker: every fault that applies to a byte stream (black
+	// holes, delay, cuts, half-open) is injected there too, at random, instead of on PostgreSQL's proxy.
+	broker *Proxy
+	// saveApps, when not empty, is the application_name prefix of the connections that save: every other commit
+	// reply dropped (the first included) is one of theirs, so saves lose commits as often as the busier
+	// components do.
+	saveApps string
+	drops    int
 }
 
 // The nemesis's faults. The first round injects each once, in a seeded order, so every run exercises all of
@@ -386,7 +396,7 @@ const (
 func (n *nemesis) run(ctx context.Context) {
 	round := append([]int{faultDropReply}, n.rng.Perm(faultKinds)...)
 	for i := 0; ; i++ {
-		wait := time.Duration(n.rng.Int64N(int64(2 * n.cfg.FaultEvery)))
+		wait := time.Duration(n.rng.Int64N(int64(2 * n.faultEvery)))
 		if !sleep(ctx, wait) {
 			return
 		}
@@ -396,46 +406,59 @@ func (n *nemesis) run(ctx context.Context) {
 		}
 		name := n.inject(ctx, kind)
 		n.faults[name]++
-		n.cfg.Logger.Info("histories: nemesis", "fault", name)
+		n.logger.Info("histories: nemesis", "fault", name)
 	}
 }
 
-// inject injects one fault, waits for it to pass when it lasts, and names it.
+// inject injects one fault, waits for it to pass when it lasts, and names it. A fault on a byte stream goes to
+// the broker's proxy instead of PostgreSQL's half of the time when there is one.
 func (n *nemesis) inject(ctx context.Context, kind int) string {
 	hold := time.Duration(100+n.rng.IntN(400)) * time.Millisecond
+	px, on := n.proxy, ""
+	switch kind {
+	case faultBlackHole, faultBlackHoleReplies, faultDelay, faultCutAll, faultCutMid, faultHalfOpen:
+		if n.broker != nil && n.rng.IntN(2) == 0 {
+			px, on = n.broker, " (broker)"
+		}
+	}
 	switch kind {
 	case faultDropRequest:
-		n.proxy.DropCommitRequest()
+		px.DropCommitRequest()
 		return "drop commit request"
 	case faultBlackHole:
-		n.proxy.BlackHole(Both)
+		px.BlackHole(Both)
 		sleep(ctx, hold)
-		n.proxy.Heal()
-		return "black hole both ways"
+		px.Heal()
+		return "black hole both ways" + on
 	case faultBlackHoleReplies:
-		n.proxy.BlackHole(ServerToClient)
+		px.BlackHole(ServerToClient)
 		sleep(ctx, hold)
-		n.proxy.Heal()
-		return "black hole server->client"
+		px.Heal()
+		return "black hole server->client" + on
 	case faultDelay:
-		n.proxy.SetDelay(10*time.Millisecond, 40*time.Millisecond)
+		px.SetDelay(10*time.Millisecond, 40*time.Millisecond)
 		sleep(ctx, 2*hold)
-		n.proxy.SetDelay(0, 0)
-		return "delay with jitter"
+		px.SetDelay(0, 0)
+		return "delay with jitter" + on
 	case faultCutAll:
-		n.proxy.CutAll()
-		return "cut every connection"
+		px.CutAll()
+		return "cut every connection" + on
 	case faultCutMid:
-		n.proxy.CutMidStream()
-		return "cut mid-stream"
+		px.CutMidStream()
+		return "cut mid-stream" + on
 	case faultHalfOpen:
-		n.proxy.HalfOpen()
-		return "half-open every connection"
+		px.HalfOpen()
+		return "half-open every connection" + on
 	case faultTerminate:
 		n.terminate(ctx)
 		return "terminate server processes"
 	}
-	n.proxy.DropCommitReply()
+	n.drops++
+	if n.saveApps != "" && n.drops%2 == 1 {
+		px.DropCommitReplyTo(n.saveApps)
+		return "drop commit reply (a save's)"
+	}
+	px.DropCommitReply()
 	return "drop commit reply"
 }
 
@@ -443,10 +466,10 @@ func (n *nemesis) inject(ctx context.Context, kind int) string {
 func (n *nemesis) terminate(ctx context.Context) {
 	tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
 	defer cancel()
-	_, err := n.cfg.Admin.Exec(tctx, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+	_, err := n.admin.Exec(tctx, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity
 		WHERE application_name LIKE $1 AND pid <> pg_backend_pid()`, n.appPrefix+"-%")
 	if err != nil {
-		n.cfg.Logger.Warn("histories: nemesis could not terminate server processes", "error", err)
+		n.logger.Warn("histories: nemesis could not terminate server processes", "error", err)
 	}
 }
 
