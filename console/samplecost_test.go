@@ -68,3 +68,56 @@ func seedScale(t *testing.T, exec func(context.Context, string, ...any) (pgconn.
 		require.NoError(t, err)
 	}
 }
+
+// The sampler's count of a window reads the window's rows only: on a ledger and an inbox of 70,000 entries each
+// (several thousand pages), the plan of a ten-second window reads neither table from end to end, and the heap
+// pages it visits in each are bounded by the time index's block ranges around the window (three ranges of 128
+// pages at most), not by the table's size. Read with EXPLAIN (ANALYZE, BUFFERS), not timed.
+func TestSampleWindowReadsOnlyItsWindow(t *testing.T) {
+	t.Parallel()
+	pool, schema := pgtest.Migrated(t)
+	ctx := context.Background()
+	seedScale(t, pool.Exec, schema, 70_000)
+	c, err := New(&Config{Pool: pool, Schema: schema})
+	require.NoError(t, err)
+	defer func() { _ = c.Close() }()
+	var pages = map[string]int64{}
+	for _, table := range []string{"outbox_sent", "inbox"} {
+		var n int64
+		require.NoError(t, pool.QueryRow(ctx, `SELECT relpages FROM pg_class WHERE oid = $1::regclass`,
+			pgx.Identifier{schema, table}.Sanitize()).Scan(&n))
+		require.Greater(t, n, int64(600), "the fixture must be large enough for the bound to mean something")
+		pages[table] = n
+	}
+	to := time.Now().Add(-time.Hour)
+	var plan []map[string]any
+	require.NoError(t, pool.QueryRow(ctx, "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) "+c.q.sampleWindow,
+		pgx.QueryExecModeExec, to.Add(-10*time.Second), to, "10 seconds", nil).Scan(&plan))
+	visited := map[string]float64{}
+	var walk func(n map[string]any)
+	walk = func(n map[string]any) {
+		if rel, ok := n["Relation Name"].(string); ok && (rel == "outbox_sent" || rel == "inbox") {
+			require.NotEqual(t, "Seq Scan", n["Node Type"], "%s is read from end to end", rel)
+			if n["Node Type"] == "Bitmap Heap Scan" {
+				visited[rel] += num(n["Exact Heap Blocks"]) + num(n["Lossy Heap Blocks"])
+			}
+		}
+		if kids, ok := n["Plans"].([]any); ok {
+			for _, k := range kids {
+				walk(k.(map[string]any))
+			}
+		}
+	}
+	walk(plan[0]["Plan"].(map[string]any))
+	for _, table := range []string{"outbox_sent", "inbox"} {
+		require.Contains(t, visited, table, "the window is read through the time index of %s", table)
+		require.LessOrEqual(t, visited[table], float64(3*128), "%s: %v heap pages visited of %d", table,
+			visited[table], pages[table])
+	}
+	t.Logf("heap pages visited: %v (tables: %v pages)", visited, pages)
+}
+
+func num(v any) float64 {
+	f, _ := v.(float64)
+	return f
+}
