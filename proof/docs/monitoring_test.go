@@ -11,8 +11,8 @@ import (
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
-	otelprom "go.opentelemetry.io/otel/exporters/prometheus"
 	"go.opentelemetry.io/otel/attribute"
+	otelprom "go.opentelemetry.io/otel/exporters/prometheus"
 	"go.opentelemetry.io/otel/metric"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.yaml.in/yaml/v3"
