@@ -156,6 +156,30 @@ func TestMonitoringAssets(t *testing.T) {
 	t.Logf("exported: %s", strings.Join(sortedKeys(exported), ", "))
 	used := map[string]bool{}
 
+	// docs/metrics.md's table of Prometheus names holds what the exporter produces, for every metric.
+	docs, err := os.ReadFile(filepath.Join(root, "docs", "metrics.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	documented, listed := 0, 0
+	for i, l := range strings.Split(string(docs), "\n") {
+		if strings.HasPrefix(l, "| `stagehand.") {
+			listed++
+		}
+		if !strings.HasPrefix(l, "| `stagehand_") {
+			continue
+		}
+		documented++
+		for _, name := range metricRef.FindAllString(strings.Split(l, "|")[1], -1) {
+			if _, ok := exported[name]; !ok {
+				t.Errorf("docs/metrics.md:%d names %s, which the exporter does not produce", i+1, name)
+			}
+		}
+	}
+	if documented != listed {
+		t.Errorf("docs/metrics.md gives the Prometheus names of %d metrics; it lists %d", documented, listed)
+	}
+
 	var rules struct {
 		Groups []struct {
 			Name  string `yaml:"name"`
