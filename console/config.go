@@ -19,11 +19,13 @@ import (
 
 // Defaults of Config.
 const (
-	DefaultSampleInterval = 5 * time.Second
-	DefaultHistory        = 15 * time.Minute
-	DefaultPageSize       = 50
-	DefaultMaxPayload     = 64 << 10
-	DefaultTitle          = "stagehand"
+	DefaultSampleInterval     = 5 * time.Second
+	DefaultIdleSampleInterval = time.Minute
+	DefaultHistory            = 15 * time.Minute
+	DefaultRetention          = 7 * 24 * time.Hour
+	DefaultPageSize           = 50
+	DefaultMaxPayload         = 64 << 10
+	DefaultTitle              = "stagehand"
 )
 
 // Config configures a Console. Pool is required; every other field has a default, stated on it. A Console is
@@ -85,9 +87,16 @@ type Config struct {
 	// SampleInterval is how often the rates and backlogs of the overview's charts are sampled: by Run, or on
 	// request when Run is not running. Default 5s; 1s to 1h.
 	SampleInterval time.Duration
-	// History is how far back the charts go; the console keeps History / SampleInterval samples in memory.
-	// Default 15m; at least SampleInterval, at most 10,000 samples.
+	// IdleSampleInterval is how often Run samples while nobody looks at the console (no page or API request in
+	// the last two minutes): the chart history and the health checker's stall detection go on, at a lower cost.
+	// Default 1m; at least SampleInterval, at most 1h.
+	IdleSampleInterval time.Duration
+	// History is how far back the overview's charts go; the console keeps History / SampleInterval samples in
+	// memory. Default 15m; at least SampleInterval, at most 10,000 samples.
 	History time.Duration
+	// Retention is how long the chart history (the console_samples table, ten-second buckets by topic and by
+	// inbox handler) is kept: the sampler deletes older buckets once an hour. Default 7 days; 1h to 400 days.
+	Retention time.Duration
 
 	// Clock is the console's time source. Default time.Now.
 	Clock func() time.Time
@@ -202,6 +211,19 @@ func (c *Config) withDefaults() (Config, error) {
 			s.SampleInterval)
 	case s.History/s.SampleInterval > 10_000:
 		return bad("History", "History (%s) holds more than 10,000 samples of %s.", s.History, s.SampleInterval)
+	}
+	switch {
+	case s.IdleSampleInterval == 0:
+		s.IdleSampleInterval = max(DefaultIdleSampleInterval, s.SampleInterval)
+	case s.IdleSampleInterval < s.SampleInterval || s.IdleSampleInterval > time.Hour:
+		return bad("IdleSampleInterval", "IdleSampleInterval must be between SampleInterval (%s) and 1h (%s given).",
+			s.SampleInterval, s.IdleSampleInterval)
+	}
+	switch {
+	case s.Retention == 0:
+		s.Retention = DefaultRetention
+	case s.Retention < time.Hour || s.Retention > 400*24*time.Hour:
+		return bad("Retention", "Retention must be between 1h and 400 days (%s given).", s.Retention)
 	}
 	if s.Clock == nil {
 		s.Clock = time.Now

@@ -32,7 +32,7 @@ var staticFiles embed.FS
 //go:embed sql/*.sql
 var sqlFiles embed.FS
 
-// statements are the console's SQL (sql/audit.sql), read once: embedded data, checked by the package's tests.
+// statements are the console's SQL (sql/audit.sql, sql/samples.sql), read once: embedded data, checked by the package's tests.
 var statements = sqlfile.MustLoad(sqlFiles, "sql/*.sql")
 
 // Console is the operator console: an http.Handler serving its pages, and (optionally) the sampler of its charts.
@@ -60,7 +60,8 @@ type Console struct {
 
 // auditSQL holds the console's statements, written out for its schema.
 type auditSQL struct {
-	begin, finish, list, get, latest string
+	begin, finish, list, get, latest                                  string
+	sampleWindow, sampleInsert, sampleLast, sampleRange, sampleExpire string
 }
 
 // New returns a Console, or a *ConfigError naming the field of cfg that is not valid. It opens the outbox and the
@@ -118,9 +119,16 @@ func New(cfg *Config) (*Console, error) {
 			return nil, &ConfigError{Package: "console", Field: "Health", Reason: err.Error()}
 		}
 	}
-	idents := map[string]string{"audit": pgx.Identifier{c.Schema, "console_audit"}.Sanitize()}
+	idents := map[string]string{"audit": "console_audit", "samples": "console_samples", "outbox": "outbox",
+		"sent": "outbox_sent", "dead": "outbox_dead_letters", "inbox": "inbox", "inbox_dead": "inbox_dead_letters",
+		"inbox_attempts": "inbox_attempts"}
+	for k, table := range idents {
+		idents[k] = pgx.Identifier{c.Schema, table}.Sanitize()
+	}
 	for field, name := range map[*string]string{&con.q.begin: "audit_begin", &con.q.finish: "audit_finish",
-		&con.q.list: "audit_list", &con.q.get: "audit_get", &con.q.latest: "audit_latest"} {
+		&con.q.list: "audit_list", &con.q.get: "audit_get", &con.q.latest: "audit_latest",
+		&con.q.sampleWindow: "sample_window", &con.q.sampleInsert: "sample_insert",
+		&con.q.sampleLast: "sample_last", &con.q.sampleRange: "sample_range", &con.q.sampleExpire: "sample_expire"} {
 		if *field, err = statements.Expand(name, nil, idents); err != nil {
 			return nil, fmt.Errorf("console: %w", err)
 		}
@@ -207,6 +215,8 @@ func (c *Console) routes() {
 	get("/projection", c.projectionPage)
 	get("/events", c.eventsPage)
 	get("/audit", c.auditPage)
+	get("/charts", c.chartsPage)
+	c.apiRoutes(m)
 	get("/done", c.donePage)
 	get("/login", c.login)
 	m.HandleFunc("POST "+p+"/confirm", c.page(c.confirm))
@@ -230,6 +240,10 @@ func (c *Console) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.Set("Cache-Control", "no-store")
 	if c.cfg.AuthenticateReads {
 		if _, ok := c.cfg.Authorize(r); !ok {
+			if c.isAPI(r) {
+				c.apiError(w, r, &statusError{code: http.StatusUnauthorized, msg: "this console needs an authenticated user"})
+				return
+			}
 			c.unauthorized(w, r, "this console needs an authenticated user")
 			return
 		}

@@ -50,6 +50,10 @@
 //
 // The rates and backlogs are sampled from counters the database already keeps (the log's head, the staging,
 // publication and handling times of the outbox, the sent ledger and the inbox, the checkpoints), so they count
-// every process's work. A Console keeps the last Config.History of samples in memory: call Run in a goroutine to
-// sample every Config.SampleInterval; without it, a page takes a sample when the latest is older than that.
+// every process's work; a sample counts only the rows of its window, through the tables' time indexes. A Console
+// keeps the last Config.History of samples in memory for the overview, and writes the counts, in ten-second buckets
+// by topic and by inbox handler, to its chart history (the console_samples table), which the charts page and the
+// JSON API (/api/v1/charts) read: the history survives a restart. Call Run in a goroutine to sample every
+// Config.SampleInterval while someone looks and every Config.IdleSampleInterval otherwise; without it, a page
+// takes a sample when the latest is older than SampleInterval.
 package console

@@ -233,7 +233,7 @@ func (c *Console) deadPage(w http.ResponseWriter, r *http.Request) error {
 	}
 	if p.Outbox {
 		opts := f.listOptions(now)
-		opts.Limit, opts.PayloadLimit = c.cfg.PageSize, 1
+		opts.Limit, opts.PayloadLimit, opts.TextLimit = c.cfg.PageSize, 1, listErrorChars
 		if cur := q.Get("after"); cur != "" {
 			var k deadCursor
 			if err := decodeCursor(cur, &k); err != nil {
@@ -263,7 +263,7 @@ func (c *Console) deadPage(w http.ResponseWriter, r *http.Request) error {
 		}
 	} else {
 		opts := f.inboxOptions(now)
-		opts.Limit, opts.PayloadLimit = c.cfg.PageSize, 1
+		opts.Limit, opts.PayloadLimit, opts.TextLimit = c.cfg.PageSize, 1, listErrorChars
 		if cur := q.Get("after"); cur != "" {
 			var k deadCursor
 			if err := decodeCursor(cur, &k); err != nil {
@@ -408,3 +408,7 @@ func (c *Console) deadMessagePage(w http.ResponseWriter, r *http.Request) error 
 	c.render(w, r, http.StatusOK, "message", "Dead letter", p)
 	return nil
 }
+
+// listErrorChars is how much of each last error a dead-letter list reads (its first characters; the list shows 300
+// bytes and the rest on hover): a list never reads a huge error, nor any metadata, whole.
+const listErrorChars = 1024

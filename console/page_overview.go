@@ -1,6 +1,7 @@
 package console
 
 import (
+	"context"
 	"net/http"
 	"strconv"
 	"time"
@@ -21,6 +22,8 @@ type overviewPage struct {
 	Rates       []chart
 	Backlogs    []chart
 	Latency     []latencyRow
+	// LatencyCovers says what the latency figures cover.
+	LatencyCovers string
 	// Followers counts the projections' checkpoints and staging workers, and how many are not running.
 	Projections, ProjectionsDown, Workers, WorkersDown int
 	// Processes are every component's processes, from their heartbeats (estate-wide consoles).
@@ -29,7 +32,7 @@ type overviewPage struct {
 }
 
 type overviewLinks struct {
-	Dead, InboxDead, Held, Pending, Projections string
+	Dead, InboxDead, Held, Pending, Projections, Charts string
 }
 
 type componentView struct {
@@ -47,6 +50,7 @@ func (c *Console) overview(w http.ResponseWriter, r *http.Request) error {
 	c.samples.fresh(ctx)
 	snap := c.samples.snapshot()
 	samples, rep, lat, sampleErr := snap.samples, snap.report, snap.latencies, snap.err
+	c.samples.viewed()
 	st, ok := outboxFigures(rep)
 	if !ok { // a checker without the outbox: read it
 		var err error
@@ -54,14 +58,9 @@ func (c *Console) overview(w http.ResponseWriter, r *http.Request) error {
 			return err
 		}
 	}
-	var in outbox.InboxStats
-	if snap.inbox != nil {
-		in = *snap.inbox
-	} else { // no sample yet (it failed): read it
-		var err error
-		if in, err = c.admin.InboxStats(ctx); err != nil {
-			return err
-		}
+	in, err := c.inboxFigures(ctx, rep)
+	if err != nil {
+		return err
 	}
 	now := c.cfg.Clock()
 	procs, err := c.processes(ctx, now)
@@ -69,8 +68,10 @@ func (c *Console) overview(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	p := overviewPage{Processes: procs, Health: rep, Stats: st, Inbox: in, Latency: lat, SampleError: clip(sampleErr, 2048),
+		LatencyCovers: snap.cover.String(),
 		Links: overviewLinks{Dead: c.link("/dead", "source", "outbox"), InboxDead: c.link("/dead", "source", "inbox"),
-			Held: c.link("/outbox") + "#held", Pending: c.link("/outbox"), Projections: c.link("/projections")}}
+			Held: c.link("/outbox") + "#held", Pending: c.link("/outbox"), Projections: c.link("/projections"),
+			Charts: c.link("/charts")}}
 	if rep != nil {
 		p.CheckedAgo = max(now.Sub(rep.CheckedAt), 0)
 		for _, comp := range rep.Components {
@@ -117,6 +118,62 @@ func (c *Console) overview(w http.ResponseWriter, r *http.Request) error {
 	}
 	c.render(w, r, http.StatusOK, "overview", "Overview", p)
 	return nil
+}
+
+// inboxFigures are the inbox's failing pairs and dead letters of the latest health report (read by the handlers'
+// failures when it has no inbox component), and Handled the messages handled in the last hour by the chart
+// history: no figure reads the inbox's handled entries, which may number millions.
+func (c *Console) inboxFigures(ctx context.Context, rep *health.Report) (outbox.InboxStats, error) {
+	var in outbox.InboxStats
+	found := false
+	if rep != nil {
+		for _, comp := range rep.Components {
+			if d := comp.Inbox; d != nil {
+				in.Failing, in.DeadLettered, found = d.Failing, d.DeadLettered, true
+			}
+		}
+	}
+	if !found {
+		fs, err := c.admin.InboxFailures(ctx)
+		if err != nil {
+			return in, err
+		}
+		for _, f := range fs {
+			in.Failing += f.Failing
+			in.DeadLettered += f.DeadLettered
+		}
+	}
+	now := c.cfg.Clock()
+	h, err := c.history(ctx, "all", now.Add(-time.Hour), now, time.Hour)
+	if err != nil {
+		return in, err
+	}
+	for _, p := range h[""] {
+		if p.Handled != nil {
+			in.Handled += *p.Handled
+		}
+	}
+	return in, nil
+}
+
+// String says what the latency figures cover.
+func (lc latencyCover) String() string {
+	if lc.Window == 0 {
+		return ""
+	}
+	n := lc.Published + lc.Handled
+	if n == 0 {
+		return "no message was published or handled in the last " + duration(lc.Window)
+	}
+	span := "published or handled between " + lc.From.UTC().Format("15:04:05") + " and " +
+		lc.To.UTC().Format("15:04:05") + " UTC"
+	if lc.Capped {
+		return "the latest " + number(int64(lc.Published)) + " publications and " + number(int64(lc.Handled)) +
+			" handlings (at most " + number(int64(lc.Cap)) + " of each, of the last " + duration(lc.Window) +
+			"), " + span
+	}
+	return "every message (" + number(int64(lc.Published)) + " publications, " + number(int64(lc.Handled)) +
+		" handlings) of the last " + duration(lc.Window) + ", " + span
 }
 
 // outboxFigures are the outbox statistics of the latest health report, read in the same sample, when it has them.

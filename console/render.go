@@ -2,11 +2,13 @@ package console
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"html/template"
 	"math"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -14,7 +16,7 @@ import (
 
 // pageNames are the page templates; each is parsed with the layout and the shared partials.
 var pageNames = []string{"overview", "outbox", "key", "dead", "message", "projections", "projection", "events",
-	"audit", "done", "confirm", "error", "find", "groups"}
+	"audit", "done", "confirm", "error", "find", "groups", "charts"}
 
 // funcs are the templates' helpers. None returns template.HTML: stored data is only ever text.
 var funcs = template.FuncMap{
@@ -133,15 +135,21 @@ func (c *Console) link(path string, kv ...string) string {
 	return u
 }
 
-// chart is a small line chart, drawn as inline SVG by the template from the coordinates computed here.
+// chart is a small line chart, drawn as inline SVG by the template from the coordinates computed here, with a
+// time axis under it and, for the script's hover, every point's time and values.
 type chart struct {
+	ID    string
 	Title string
 	// Now is the latest value, written out; Max the top of the scale.
 	Now, Max string
-	// Lines are the series; each is drawn as polylines (a gap in the samples breaks a line).
+	// Lines are the series; each is drawn as polylines (a gap in the points breaks a line).
 	Lines []chartLine
 	// Span says how far back the chart goes.
 	Span string
+	// Ticks are the time axis's labels.
+	Ticks []chartTick
+	// Points is the JSON the hover reads: [{"x": svg x, "t": time, "v": [value per line]}].
+	Points string
 	// Empty says why there is nothing to draw ("" when there is).
 	Empty string
 }
@@ -150,6 +158,11 @@ type chartLine struct {
 	Name, Class string
 	Now         string
 	Paths       []string
+}
+
+type chartTick struct {
+	X     string
+	Label string
 }
 
 // chart geometry, in the SVG's own units.
@@ -165,66 +178,170 @@ type series struct {
 	format      func(float64) string
 }
 
+// point is one value of a line at a time (negative: unknown, not drawn).
+type point struct {
+	At time.Time
+	V  float64
+}
+
+// line is one series of a chart drawn from points.
+type line struct {
+	name, class string
+	points      []point
+}
+
 // makeChart draws the series over the samples, the x axis spanning history up to now.
 func makeChart(title string, samples []sample, now time.Time, history time.Duration, ss ...series) chart {
-	ch := chart{Title: title, Span: duration(history)}
-	top := 0.0
+	lines := make([]line, 0, len(ss))
 	for _, s := range ss {
+		l := line{name: s.name, class: s.class}
 		for _, smp := range samples {
-			top = math.Max(top, s.value(smp))
+			l.points = append(l.points, point{At: smp.At, V: s.value(smp)})
+		}
+		lines = append(lines, l)
+	}
+	ch := drawChart(title, now.Add(-history), now, history/10, ss[0].format, lines...)
+	if len(samples) == 0 {
+		ch.Empty = "collecting samples…"
+	}
+	return ch
+}
+
+// drawChart draws the lines over [from, to]; points further apart than gap break a line.
+func drawChart(title string, from, to time.Time, gap time.Duration, format func(float64) string, lines ...line) chart {
+	span := to.Sub(from)
+	ch := chart{Title: title, Span: duration(span), ID: chartID(title)}
+	top := 0.0
+	for _, l := range lines {
+		for _, p := range l.points {
+			top = math.Max(top, p.V)
 		}
 	}
 	top = niceCeil(top)
-	ch.Max = ss[0].format(top)
-	gap := func(a, b sample) bool { return b.At.Sub(a.At) > history/10 }
-	for _, s := range ss {
-		line := chartLine{Name: s.name, Class: s.class, Now: "–"}
+	ch.Max = format(top)
+	xOf := func(t time.Time) float64 { return math.Max(0, chartW*(t.Sub(from).Seconds()/span.Seconds())) }
+	type column struct {
+		X float64  `json:"x"`
+		T string   `json:"t"`
+		V []string `json:"v"`
+	}
+	cols := map[int64]*column{}
+	var order []int64
+	for li, l := range lines {
+		cl := chartLine{Name: l.name, Class: l.class, Now: "–"}
 		var cur []string
-		var prev *sample
+		var prev *point
 		flush := func() {
 			if len(cur) == 1 { // a lone point: a short dash so it shows
 				cur = append(cur, cur[0])
 			}
 			if len(cur) > 0 {
-				line.Paths = append(line.Paths, strings.Join(cur, " "))
+				cl.Paths = append(cl.Paths, strings.Join(cur, " "))
 			}
 			cur = nil
 		}
-		for i := range samples {
-			smp := samples[i]
-			v := s.value(smp)
-			if v < 0 || (prev != nil && gap(*prev, smp)) {
+		for i := range l.points {
+			p := l.points[i]
+			if p.V < 0 || (prev != nil && p.At.Sub(prev.At) > gap) {
 				flush()
 			}
-			prev = &samples[i]
-			if v < 0 {
+			prev = &l.points[i]
+			if p.V < 0 {
 				continue
 			}
-			x := chartW * (1 - now.Sub(smp.At).Seconds()/history.Seconds())
+			x := xOf(p.At)
 			y := chartH
 			if top > 0 {
-				y = chartH * (1 - v/top)
+				y = chartH * (1 - p.V/top)
 			}
-			cur = append(cur, strconv.FormatFloat(math.Max(x, 0), 'f', 1, 64)+","+strconv.FormatFloat(y, 'f', 1, 64))
-			line.Now = s.format(v)
+			cur = append(cur, strconv.FormatFloat(x, 'f', 1, 64)+","+strconv.FormatFloat(y, 'f', 1, 64))
+			cl.Now = format(p.V)
+			key := p.At.UnixMilli()
+			col := cols[key]
+			if col == nil {
+				col = &column{X: math.Round(x*10) / 10, T: p.At.UTC().Format(tickLayout(span, true)) + " UTC",
+					V: make([]string, len(lines))}
+				for j := range col.V {
+					col.V[j] = "–"
+				}
+				cols[key] = col
+				order = append(order, key)
+			}
+			col.V[li] = format(p.V)
 		}
 		flush()
-		ch.Lines = append(ch.Lines, line)
+		ch.Lines = append(ch.Lines, cl)
 	}
+	slices.Sort(order)
+	list := make([]*column, 0, len(order))
+	for _, k := range order {
+		list = append(list, cols[k])
+	}
+	if b, err := json.Marshal(list); err == nil {
+		ch.Points = string(b)
+	}
+	ch.Ticks = ticks(from, to)
 	drawn := false
 	for _, l := range ch.Lines {
 		drawn = drawn || len(l.Paths) > 0
 	}
-	switch {
-	case len(samples) == 0:
-		ch.Empty = "collecting samples…"
-	case !drawn:
+	if !drawn {
 		ch.Empty = "nothing to show yet"
 	}
-	if len(ss) == 1 {
+	if len(lines) == 1 {
 		ch.Now = ch.Lines[0].Now
 	}
 	return ch
+}
+
+// chartID makes an element ID of a chart's title.
+func chartID(title string) string {
+	var b strings.Builder
+	b.WriteString("chart-")
+	for _, r := range strings.ToLower(title) {
+		switch {
+		case r >= 'a' && r <= 'z', r >= '0' && r <= '9':
+			b.WriteRune(r)
+		default:
+			b.WriteByte('-')
+		}
+	}
+	return b.String()
+}
+
+// tickLayout is how the time axis writes a time: with the day when the span is long, with seconds in the hover
+// of short spans.
+func tickLayout(span time.Duration, hover bool) string {
+	switch {
+	case span > 36*time.Hour:
+		return "Jan 2 15:04"
+	case hover && span <= 6*time.Hour:
+		return "15:04:05"
+	}
+	return "15:04"
+}
+
+// ticks labels the time axis of [from, to] at three to six round times (UTC).
+func ticks(from, to time.Time) []chartTick {
+	span := to.Sub(from)
+	step := 24 * time.Hour
+	for _, s := range []time.Duration{time.Minute, 2 * time.Minute, 5 * time.Minute, 10 * time.Minute,
+		15 * time.Minute, 30 * time.Minute, time.Hour, 2 * time.Hour, 3 * time.Hour, 6 * time.Hour, 12 * time.Hour,
+		24 * time.Hour} {
+		if span/s <= 5 {
+			step = s
+			break
+		}
+	}
+	var out []chartTick
+	for t := from.Truncate(step).Add(step); t.Before(to); t = t.Add(step) {
+		x := chartW * t.Sub(from).Seconds() / span.Seconds()
+		if x < 12 || x > chartW-12 {
+			continue // the label would not fit
+		}
+		out = append(out, chartTick{X: strconv.FormatFloat(x, 'f', 1, 64), Label: t.UTC().Format(tickLayout(span, false))})
+	}
+	return out
 }
 
 // niceCeil rounds a chart's top up to 1, 2 or 5 times a power of ten (1 at least).

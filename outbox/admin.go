@@ -159,6 +159,9 @@ type ListOptions struct {
 	// PayloadLimit, when positive, returns at most this many bytes of each payload (DeadLetter.PayloadSize tells
 	// the whole size), so a listing never loads megabytes of payloads. Default 0: whole payloads.
 	PayloadLimit int
+	// TextLimit, when positive, returns at most this many characters of each last error and no metadata (nil), so
+	// a list reads neither whole however large they are. Default 0: both whole.
+	TextLimit int
 	// After continues after the last item of the previous page (zero: from the start).
 	After *DeadLetter
 }
@@ -227,7 +230,8 @@ func (a *Admin) DeadLetters(ctx context.Context, opts ListOptions) ([]DeadLetter
 		afterAt, afterID, afterTopic, afterTenant = opts.After.DeadAt, opts.After.ID, opts.After.Topic,
 			opts.After.Tenant
 	}
-	args := append(a.filter(opts), afterAt, afterID, afterTopic, afterTenant, opts.Limit, max(opts.PayloadLimit, 0))
+	args := append(a.filter(opts), afterAt, afterID, afterTopic, afterTenant, opts.Limit, max(opts.PayloadLimit, 0),
+		max(opts.TextLimit, 0))
 	rows, err := a.o.pool.Query(ctx, a.o.q.listDead[direction(opts.NewestFirst)], args...)
 	if err != nil {
 		return nil, fmt.Errorf("outbox: list dead letters: %w", err)
@@ -235,6 +239,11 @@ func (a *Admin) DeadLetters(ctx context.Context, opts ListOptions) ([]DeadLetter
 	out, err := pgx.CollectRows(rows, scanDeadLetter)
 	if err != nil {
 		return nil, fmt.Errorf("outbox: list dead letters: %w", err)
+	}
+	if opts.TextLimit > 0 {
+		for i := range out {
+			out[i].Metadata = nil // not read
+		}
 	}
 	return out, nil
 }
@@ -622,6 +631,9 @@ type InboxListOptions struct {
 	// PayloadLimit, when positive, returns at most this many bytes of each payload (InboxDeadLetter.PayloadSize
 	// tells the whole size). Default 0: whole payloads.
 	PayloadLimit int
+	// TextLimit, when positive, returns at most this many characters of each last error and no metadata (nil), so
+	// a list reads neither whole however large they are. Default 0: both whole.
+	TextLimit int
 	// After continues after the last item of the previous page.
 	After *InboxDeadLetter
 	// RedriveTopic is the topic a redrive stages copies for when a dead letter has none recorded (a handler run
@@ -661,7 +673,7 @@ func (a *Admin) InboxDeadLetters(ctx context.Context, opts InboxListOptions) ([]
 			opts.After.Tenant
 	}
 	args := append(a.inboxFilter(opts), afterAt, afterID, afterHandler, afterTenant, opts.Limit,
-		max(opts.PayloadLimit, 0))
+		max(opts.PayloadLimit, 0), max(opts.TextLimit, 0))
 	rows, err := a.o.pool.Query(ctx, a.o.q.inboxListDead[direction(opts.NewestFirst)], args...)
 	if err != nil {
 		return nil, fmt.Errorf("outbox: inbox dead letters: %w", err)
@@ -669,6 +681,11 @@ func (a *Admin) InboxDeadLetters(ctx context.Context, opts InboxListOptions) ([]
 	out, err := pgx.CollectRows(rows, scanInboxDeadLetter)
 	if err != nil {
 		return nil, fmt.Errorf("outbox: inbox dead letters: %w", err)
+	}
+	if opts.TextLimit > 0 {
+		for i := range out {
+			out[i].Metadata = nil // not read
+		}
 	}
 	return out, nil
 }

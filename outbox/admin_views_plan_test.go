@@ -128,10 +128,10 @@ func TestOperatorViewsUseIndexes(t *testing.T) {
 	since := end.Add(-time.Minute)
 	deadArgs := func(newest bool, tenant *string) []any {
 		a := &Admin{o: o, tenant: tenant}
-		return append(a.filter(ListOptions{}), keysetStart(newest), "", "", "", 50, 0)
+		return append(a.filter(ListOptions{}), keysetStart(newest), "", "", "", 50, 0, 0)
 	}
 	inboxArgs := func(newest bool) []any {
-		return append(all.inboxFilter(InboxListOptions{}), keysetStart(newest), "", "", "", 50, 0)
+		return append(all.inboxFilter(InboxListOptions{}), keysetStart(newest), "", "", "", 50, 0, 0)
 	}
 	tenant := "t7"
 	for _, c := range []struct {

@@ -27,6 +27,7 @@ func (a *app) consoleCommand() *cobra.Command {
 	var (
 		listen, token, basicAuth, csrfKey, title, prefix string
 		actions                                          bool
+		sampleEvery, idleEvery, retention                time.Duration
 		scope                                            tenantScope
 	)
 	c := &cobra.Command{
@@ -63,6 +64,7 @@ It serves until interrupted (Ctrl-C ends it normally, exit 0).`,
 				csrfKey = a.opts.getenv(envConsoleCSRFKey)
 			}
 			cfg := &console.Config{Actions: actions, Title: title, Prefix: strings.TrimSuffix(prefix, "/"),
+				SampleInterval: sampleEvery, IdleSampleInterval: idleEvery, Retention: retention,
 				Logger: slog.New(slog.NewTextHandler(a.stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))}
 			if csrfKey != "" {
 				if len(csrfKey) < 32 {
@@ -145,6 +147,10 @@ It serves until interrupted (Ctrl-C ends it normally, exit 0).`,
 	f.BoolVar(&actions, "actions", false, "enable the actions (redrive, discard, replay, rebuild); needs credentials")
 	f.StringVar(&title, "title", "", "the deployment's name in the pages' header (default \"stagehand\")")
 	f.StringVar(&prefix, "prefix", "", "path to serve the console under, for a reverse proxy (default: the root)")
+	f.DurationVar(&sampleEvery, "sample-interval", 0, "how often the charts are sampled while someone looks "+
+		"(default 5s)")
+	f.DurationVar(&idleEvery, "idle-sample-interval", 0, "how often they are sampled while nobody looks (default 1m)")
+	f.DurationVar(&retention, "retention", 0, "how long the chart history is kept in the database (default 168h)")
 	addTenantScope(c, &scope, "show and act on")
 	return c
 }

@@ -94,6 +94,25 @@ func TestConsoleFlags(t *testing.T) {
 	e.fails(exitUsage, "Prefix", "console", "--prefix", "no-slash")
 	e.fails(exitUsage, "Tenant", "console", "--tenant", "bad\x01tenant")
 	e.fails(exitUsage, "at least 32 characters", "console", "--csrf-key", "short")
+	e.fails(exitUsage, "IdleSampleInterval", "console", "--sample-interval", "10s", "--idle-sample-interval", "5s")
+	e.fails(exitUsage, "Retention", "console", "--retention", "10m")
+}
+
+// The console's JSON API answers scripts that send the token, and refuses those that do not.
+func TestConsoleJSONAPI(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	base, _ := e.serveConsole(nil, "--token", "s3cret", "--sample-interval", "2s", "--retention", "48h")
+	code, _, body := fetch(t, http.MethodGet, base+"/api/v1/overview", nil)
+	require.Equal(t, http.StatusUnauthorized, code)
+	require.Contains(t, body, `"error"`)
+	code, hdr, body := fetch(t, http.MethodGet, base+"/api/v1/overview", nil, "Authorization", "Bearer s3cret")
+	require.Equal(t, http.StatusOK, code, body)
+	require.Equal(t, "application/json", hdr.Get("Content-Type"))
+	require.Contains(t, body, `"health"`)
+	code, _, body = fetch(t, http.MethodGet, base+"/api/v1/charts?range=24h", nil, "Authorization", "Bearer s3cret")
+	require.Equal(t, http.StatusOK, code, body)
+	require.Contains(t, body, `"step_seconds": 300`)
 }
 
 // On a schema that was never migrated the console does not start: one line says which schema and how to

@@ -9,6 +9,7 @@
   // The fetched page is parsed as an inert document: nothing in it runs.
   function busy(el) {
     if (el.querySelector("input[type=checkbox]:checked")) return true;
+    if (el.querySelector("figure.chart .tip:not([hidden])")) return true; // a chart's values are being read
     var a = document.activeElement;
     return a && a !== document.body && el.contains(a) && /^(INPUT|SELECT|TEXTAREA|BUTTON)$/.test(a.tagName);
   }
@@ -52,4 +53,45 @@
     });
   }
   wire(document);
+
+  // Charts: hovering a chart shows the time and the values of the nearest point (every point's time and values are
+  // in the figure's data-points; the drawing itself needs no script).
+  function hover(e) {
+    var fig = e.target.closest("figure.chart");
+    if (!fig) return;
+    var svg = fig.querySelector("svg.plot"), tip = fig.querySelector(".tip"), cur = fig.querySelector(".cursor");
+    if (!svg || !tip || !svg.contains(e.target)) return;
+    var pts;
+    try { pts = JSON.parse(fig.getAttribute("data-points") || "[]"); } catch (err) { return; }
+    if (!pts || !pts.length) return;
+    var box = svg.getBoundingClientRect();
+    var x = (e.clientX - box.left) / box.width * 300, best = pts[0];
+    pts.forEach(function (p) { if (Math.abs(p.x - x) < Math.abs(best.x - x)) best = p; });
+    var names = (svg.getAttribute("data-names") || "").split("|");
+    tip.textContent = "";
+    var head = document.createElement("b");
+    head.textContent = best.t;
+    tip.appendChild(head);
+    best.v.forEach(function (v, i) {
+      var row = document.createElement("div");
+      row.className = "tip-row";
+      row.textContent = (names.length > 1 ? names[i] + ": " : "") + v;
+      tip.appendChild(row);
+    });
+    cur.setAttribute("x1", best.x);
+    cur.setAttribute("x2", best.x);
+    tip.hidden = false;
+    var left = svg.offsetLeft + best.x / 300 * box.width + 8;
+    if (left + tip.offsetWidth > fig.clientWidth) left = Math.max(0, left - tip.offsetWidth - 16);
+    tip.style.left = left + "px";
+  }
+  function unhover(e) {
+    var fig = e.target.closest && e.target.closest("figure.chart");
+    if (!fig || fig.contains(e.relatedTarget)) return;
+    var tip = fig.querySelector(".tip"), cur = fig.querySelector(".cursor");
+    if (tip) tip.hidden = true;
+    if (cur) { cur.setAttribute("x1", -10); cur.setAttribute("x2", -10); }
+  }
+  document.addEventListener("mousemove", hover);
+  document.addEventListener("mouseout", unhover);
 })();

@@ -74,11 +74,15 @@ WITH gone AS (
     RETURNING *
 ), {discard_kept now=$11}
 
--- The columns of a dead letter as read back; the payload cut to its first $15 bytes when $15 > 0, and its size.
+-- The columns of a dead letter as read back; the payload cut to its first $15 bytes when $15 > 0, and its size;
+-- when $16 > 0, the last error cut to its first $16 characters and no metadata (an empty object): a list then
+-- reads neither whole, however large (a cut of a TOASTed value fetches only the chunks it needs).
 -- fragment: dead_columns
 message_id, tenant_id, message_type, topic,
-    CASE WHEN $15::int > 0 THEN substring(payload FROM 1 FOR $15::int) ELSE payload END, metadata, correlation_id,
-    causation_id, partition_key, seq, source_position, scheduled_at, attempts, last_error, holds_key, created_at,
+    CASE WHEN $15::int > 0 THEN substring(payload FROM 1 FOR $15::int) ELSE payload END,
+    CASE WHEN $16::int > 0 THEN '{}'::jsonb ELSE metadata END, correlation_id,
+    causation_id, partition_key, seq, source_position, scheduled_at, attempts,
+    CASE WHEN $16::int > 0 THEN substring(last_error FROM 1 FOR $16::int) ELSE last_error END, holds_key, created_at,
     dead_at, octet_length(payload), error_type, error_signature
 
 -- A page of the dead letters {dead_where} selects, in (dead_at, message_id, topic, tenant_id) order ({order}: ASC

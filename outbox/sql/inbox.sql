@@ -54,11 +54,14 @@ DELETE FROM {inbox} WHERE ctid = ANY (ARRAY(
 
 -- A page of the inbox dead letters {inbox_dead_where} selects, in (dead_at, message_id, handler, tenant_id) order
 -- ({order}: ASC or DESC) after (before, DESC) the row ($10, $11, $12, $13), at most $14, the payloads cut to their
--- first $15 bytes when $15 > 0. The index on that order (migration 040) walks the rows in order.
+-- first $15 bytes when $15 > 0; when $16 > 0, the last errors cut to their first $16 characters and no metadata
+-- (an empty object), so neither is read whole. The index on that order (migration 040) walks the rows in order.
 -- name: inbox_list_dead
 SELECT message_id, handler, tenant_id, message_type, topic,
-    CASE WHEN $15::int > 0 THEN substring(payload FROM 1 FOR $15::int) ELSE payload END, metadata, attempts,
-    last_error, dead_at, octet_length(payload), error_type, error_signature
+    CASE WHEN $15::int > 0 THEN substring(payload FROM 1 FOR $15::int) ELSE payload END,
+    CASE WHEN $16::int > 0 THEN '{}'::jsonb ELSE metadata END, attempts,
+    CASE WHEN $16::int > 0 THEN substring(last_error FROM 1 FOR $16::int) ELSE last_error END, dead_at,
+    octet_length(payload), error_type, error_signature
 FROM {inbox_dead}
 WHERE {inbox_dead_where}
   AND (dead_at, message_id, handler, tenant_id) {after} ($10::timestamptz, $11::text, $12::text, $13::text)
