@@ -316,20 +316,24 @@ func TestInterruptedMaintenancePassIsNotAFailure(t *testing.T) {
 	_, err = lock.Exec(bg, "LOCK TABLE "+pgtest.Q(e.schema, "inbox")+" IN ACCESS EXCLUSIVE MODE")
 	require.NoError(t, err)
 
-	// Interrupted once the pass has begun (it is recorded as started, then waits for the lock), however long a
-	// loaded machine takes to get there.
+	// Cancelled once the pass waits for the lock (not after a fixed time, which a loaded machine may spend before
+	// the pass reaches the inbox step).
 	ctx, cancel := context.WithCancel(bg)
+	waiting := make(chan struct{})
 	go func() {
+		defer close(waiting)
 		defer cancel()
 		for ctx.Err() == nil {
-			if st, ok, err := e.ob.AllTenants().Maintenance(bg); err == nil && ok && !st.StartedAt.IsZero() {
-				time.Sleep(100 * time.Millisecond) // into the step that waits for the lock
+			var n int
+			if err := e.pool.QueryRow(bg, `SELECT count(*) FROM pg_locks WHERE relation = $1::regclass
+				AND NOT granted`, pgtest.Q(e.schema, "inbox")).Scan(&n); err != nil || n > 0 {
 				return
 			}
-			time.Sleep(10 * time.Millisecond)
+			time.Sleep(20 * time.Millisecond)
 		}
 	}()
 	_, err = m.RunOnce(ctx)
+	<-waiting
 	require.ErrorIs(t, err, context.Canceled)
 	require.NoError(t, lock.Rollback(bg))
 
