@@ -54,6 +54,12 @@ func TestChartsSurviveARestartAndShowValuesOnHover(t *testing.T) {
 	s := openShop(t)
 	s.seed()
 	first, stop := startConsole(t, s)
+	if *updateScreenshots { // traffic over several buckets, so the charts have lines to show
+		traffic, end := context.WithTimeout(context.Background(), 35*time.Second)
+		s.trickle(traffic, 150*time.Millisecond)
+		end()
+		time.Sleep(3 * time.Second)
+	}
 	// Wait until the first console has written a bucket with the seeded publications.
 	deadline := time.Now().Add(40 * time.Second)
 	for {
