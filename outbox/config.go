@@ -76,7 +76,9 @@ type RelayConfig struct {
 	// Rule: positive, and MaxBrokerBackoff not below BrokerBackoff.
 	BrokerBackoff    time.Duration
 	MaxBrokerBackoff time.Duration
-	// DisableNotify makes the relay poll only, without listening for wake-up notifications. Default false.
+	// DisableNotify makes the relay poll only, without listening for wake-up notifications. Required when the
+	// outbox's pool goes through a pooler in transaction pooling mode, where the relay otherwise refuses to start
+	// (stagehand.ErrPooledConnection). Default false.
 	DisableNotify bool
 	// VacuumInterval is how often the relay considers vacuuming the outbox table while it is moving rows out of
 	// it, so dead index entries cannot pile up at the head of the claim index even when autovacuum's global nap is

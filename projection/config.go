@@ -67,7 +67,9 @@ type Config struct {
 	PagesPerTx int
 	// PollInterval is how often the log is polled when no notification arrives. Default 1s; at least 1ms.
 	PollInterval time.Duration
-	// DisableListen turns off LISTEN/NOTIFY wake-ups (polling only). Default false.
+	// DisableListen turns off LISTEN/NOTIFY wake-ups (polling only). Required when the store's pool goes through a
+	// pooler in transaction pooling mode, where Run otherwise fails with stagehand.ErrPooledConnection. Default
+	// false.
 	DisableListen bool
 
 	// OnFailure is what happens after MaxAttempts failures of one event: Stop (default) or Park.

@@ -171,7 +171,8 @@ type SubscriberConfig struct {
 	PollInterval time.Duration
 	// NackResendDelay is the wait before a nacked message is delivered again. Default 100ms.
 	NackResendDelay time.Duration
-	// DisableListen turns off LISTEN/NOTIFY wake-ups (polling only).
+	// DisableListen turns off LISTEN/NOTIFY wake-ups (polling only). Required when the store's pool goes through a
+	// pooler in transaction pooling mode, where it otherwise fails with stagehand.ErrPooledConnection.
 	DisableListen bool
 	// Owner, LeaseTTL, LeaseRenewInterval and LeaseAcquireInterval configure the consumer group's lease as in
 	// Config.
