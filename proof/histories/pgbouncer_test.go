@@ -14,6 +14,7 @@ import (
 
 	"github.com/stagehand-es/stagehand"
 	"github.com/stagehand-es/stagehand/eventstore"
+	"github.com/stagehand-es/stagehand/internal/pgnotify"
 	"github.com/stagehand-es/stagehand/internal/pgtest"
 	"github.com/stagehand-es/stagehand/outbox"
 	"github.com/stagehand-es/stagehand/projection"
@@ -146,7 +147,11 @@ func TestPgBouncerRefusesListen(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		run := 2 * time.Second // with listening off, it runs until stopped
+		if !disable {
+			run = 3 * pgnotify.ProbeTimeout // long enough for the probe, on a loaded machine
+		}
+		rctx, cancel := context.WithTimeout(ctx, run)
 		defer cancel()
 		err = p.Run(rctx)
 		if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {

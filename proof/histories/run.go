@@ -275,7 +275,7 @@ func (c *streamClient) load(ctx context.Context, stream string) {
 
 // finalLoad loads stream until a load succeeds (the faults have stopped).
 func (c *streamClient) finalLoad(ctx context.Context, stream string) error {
-	for range 20 {
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); {
 		c.load(ctx, stream)
 		h := c.rec.History()
 		if h[len(h)-1].Outcome == OK {
