@@ -78,6 +78,20 @@
 // positions, so a projection rebuilt from the start fails loudly instead of skipping them, and one rebuilt from
 // after them (its checkpoint set past the archived range) reads on.
 //
+// # Archiving and deleting single streams
+//
+// Both stores implement LifecycleStore. ArchiveStream moves a finished stream's events out of the events table into
+// stream_archive (migration 050): ReadStream and loads read them there transparently, ReadLog still returns them at
+// their positions, and appends fail with a *StreamArchivedError (ErrStreamArchived). DeleteStream removes a stream's
+// event data and snapshot, keeping a tombstone per position (identity without payload or metadata) that ReadLog
+// passes over without waiting, and records who, when and why; loads and appends then fail with a
+// *StreamDeletedError (ErrStreamDeleted, also ErrStreamNotFound). Each appends a marker event to its stream (types
+// StreamArchivedType, StreamDeletedType): the marker takes the stream's next version, so an append racing the
+// operation loses on the version and then reports the stream's state; readers never see markers, except deletion
+// markers for a LogQuery with Deletions (projections use it to remove what they derived from a deleted stream).
+// The events move in a second transaction once every transaction that began before the first step has ended (a
+// REPEATABLE READ transaction could otherwise still append with its older view); see PostgresStore.ArchiveStream.
+//
 // After each append commits, the PostgreSQL store sends a coalesced NOTIFY (never inside the append's
 // transaction, which would serialise commits) on NotifyChannel, so followers react within milliseconds; they also
 // poll, so a lost notification only costs latency.

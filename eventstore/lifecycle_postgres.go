@@ -156,6 +156,12 @@ func (s *PostgresStore) lifecycleMark(ctx context.Context, req LifecycleRequest,
 	if err != nil {
 		return lc, err
 	}
+	if lay, err := s.layout(ctx, tx); err == nil && lay.partitioned {
+		if _, err := tx.Exec(ctx, `UPDATE `+s.t.streams+` SET closed = true WHERE tenant_id = $1 AND stream_id = $2`,
+			req.Tenant, req.StreamID); err != nil {
+			return lc, fmt.Errorf("eventstore: %s stream %q: close its head: %w", op, req.StreamID, err)
+		}
+	}
 	actor := any(nilIfBlank(req.Actor))
 	if !found {
 		lc = StreamLifecycle{Tenant: req.Tenant, StreamID: req.StreamID, StreamType: streamType, Version: version - 1}

@@ -466,7 +466,8 @@ func expectationKind(expected ExpectedVersion) int {
 // buildAppendSQL writes the statement appendSQL returns, once per store for each kind of expectation and layout.
 func (s *PostgresStore) buildAppendSQL(expected ExpectedVersion, l layout, partitioned bool) string {
 	var base string
-	head := `SELECT version FROM ` + s.t.streams + ` WHERE tenant_id = $1 AND stream_id = $2`
+	// On a partitioned table an archived or deleted stream's head is closed (see lifecycleMark).
+	head := `SELECT version FROM ` + s.t.streams + ` WHERE tenant_id = $1 AND stream_id = $2 AND NOT closed`
 	switch {
 	case expected == NoStream:
 		base = `0::bigint`
@@ -489,8 +490,12 @@ func (s *PostgresStore) buildAppendSQL(expected ExpectedVersion, l layout, parti
 	// An archived or deleted stream takes no appends: its lifecycle row makes the base NULL, so the statement fails
 	// as a failed version check does, and the store reports the stream's state (lifecycleConflict). One probe of a
 	// table that holds only archived and deleted streams.
-	base = `(CASE WHEN EXISTS (SELECT 1 FROM ` + s.t.lifecycle + ` WHERE tenant_id = $1 AND stream_id = $2) THEN NULL
+	// On a partitioned table the closed head does it instead, and a NoStream append fails on the head's row: no
+	// extra relation is read, so a save stays within the fast-path locks.
+	if !partitioned {
+		base = `(CASE WHEN EXISTS (SELECT 1 FROM ` + s.t.lifecycle + ` WHERE tenant_id = $1 AND stream_id = $2) THEN NULL
 		ELSE ` + base + ` END)`
+	}
 	insert := `INSERT INTO ` + s.t.events + ` (tenant_id, stream_id, stream_type, version, event_id, event_type,
 			payload, event_version, metadata, occurred_at)`
 	switch l {

@@ -42,6 +42,9 @@ type options struct {
 	getenv func(string) string
 	// isTerminal reports whether a writer is a terminal (progress bars are drawn only then).
 	isTerminal func(io.Writer) bool
+	// stdin is where confirmations are read (os.Stdin), when isInputTerminal says it is a terminal.
+	stdin           io.Reader
+	isInputTerminal func(io.Reader) bool
 	// followIdle, when set, is called each time events tail --follow has read everything and starts waiting
 	// (tests use it to append only once the command waits).
 	followIdle func()
@@ -50,7 +53,8 @@ type options struct {
 // run executes the command line args and returns the process exit code. Output goes to stdout, failures (one
 // line each) to stderr. Cancelling ctx stops the command.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	return runWith(ctx, args, stdout, stderr, options{getenv: os.Getenv, isTerminal: isTerminal})
+	return runWith(ctx, args, stdout, stderr, options{getenv: os.Getenv, isTerminal: isTerminal, stdin: os.Stdin,
+		isInputTerminal: isInputTerminal})
 }
 
 func isTerminal(w io.Writer) bool {
@@ -79,6 +83,9 @@ func runWith(ctx context.Context, args []string, stdout, stderr io.Writer, opts 
 	}
 	if opts.isTerminal == nil {
 		opts.isTerminal = func(io.Writer) bool { return false }
+	}
+	if opts.isInputTerminal == nil {
+		opts.isInputTerminal = func(io.Reader) bool { return false }
 	}
 	a := &app{opts: opts, stdout: stdout, stderr: stderr}
 	defer a.close()
@@ -178,7 +185,8 @@ Exit codes: 0 success, 1 runtime failure, 2 usage error, 130 interrupted.`,
 	pf.StringVar(&a.schema, "schema", stagehand.DefaultSchema, "schema holding the stagehand tables")
 	pf.BoolVar(&a.json, "json", false, "print machine-readable JSON instead of tables")
 	root.AddCommand(a.migrateCommand(), a.outboxCommand(), a.inboxCommand(), a.projectionCommand(),
-		a.workerCommand(), a.eventsCommand(), a.snapshotsCommand(), a.forgetCommand(), a.consoleCommand())
+		a.workerCommand(), a.eventsCommand(), a.snapshotsCommand(), a.forgetCommand(), a.streamsCommand(),
+		a.consoleCommand())
 	markRuntimeErrors(root)
 	return root
 }

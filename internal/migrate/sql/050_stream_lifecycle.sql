@@ -57,3 +57,7 @@ CREATE TABLE stream_archive (
     recorded_at   timestamptz NOT NULL,
     CONSTRAINT stream_archive_stream_version_key UNIQUE (tenant_id, stream_id, version)
 );
+
+-- On an events table partitioned by position (migration 035), appends read the stream's head instead of the table
+-- above, so the guard costs them no extra relation lock: an archived or deleted stream's head is closed.
+ALTER TABLE event_streams ADD COLUMN closed boolean NOT NULL DEFAULT false;
