@@ -9,7 +9,7 @@ import (
 
 	"github.com/stagehand-es/stagehand/aggregate"
 	"github.com/stagehand-es/stagehand/eventstore"
-	"github.com/stagehand-es/stagehand/internal/pgtest"
+	"github.com/stagehand-es/stagehand/internal/testkit/pgtest"
 )
 
 // After the oldest partition of a partitioned events table is archived, an aggregate whose snapshot was taken

@@ -18,8 +18,8 @@ import (
 	"github.com/stagehand-es/stagehand"
 	"github.com/stagehand-es/stagehand/aggregate"
 	"github.com/stagehand-es/stagehand/eventstore"
-	"github.com/stagehand-es/stagehand/internal/benchpair"
-	"github.com/stagehand-es/stagehand/internal/pgtest"
+	"github.com/stagehand-es/stagehand/internal/testkit/benchpair"
+	"github.com/stagehand-es/stagehand/internal/testkit/pgtest"
 )
 
 func benchRepo(b *testing.B, cfg *aggregate.RepositoryConfig) (*pgxpool.Pool, string, *aggregate.Repository[*Account]) {

@@ -5,7 +5,7 @@ import (
 	"testing"
 
 	"github.com/stagehand-es/stagehand/eventstore"
-	"github.com/stagehand-es/stagehand/internal/doctable"
+	"github.com/stagehand-es/stagehand/internal/testkit/doctable"
 )
 
 type docAccount struct{ Root }

@@ -12,7 +12,7 @@ import (
 
 	"github.com/stagehand-es/stagehand/aggregate"
 	"github.com/stagehand-es/stagehand/eventstore"
-	"github.com/stagehand-es/stagehand/internal/pgtest"
+	"github.com/stagehand-es/stagehand/internal/testkit/pgtest"
 )
 
 // Under SERIALIZABLE and REPEATABLE READ, a serialization failure of a racing save is a concurrency conflict, so

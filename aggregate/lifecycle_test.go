@@ -8,7 +8,7 @@ import (
 
 	"github.com/stagehand-es/stagehand/aggregate"
 	"github.com/stagehand-es/stagehand/eventstore"
-	"github.com/stagehand-es/stagehand/internal/pgtest"
+	"github.com/stagehand-es/stagehand/internal/testkit/pgtest"
 )
 
 // An archived aggregate loads from the archive (snapshot or not) and its saves fail with the typed archive error,

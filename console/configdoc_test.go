@@ -6,7 +6,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/stagehand-es/stagehand/internal/doctable"
+	"github.com/stagehand-es/stagehand/internal/testkit/doctable"
 )
 
 // The README's console.Config table has a row for every field, with the defaults withDefaults applies.

@@ -11,7 +11,7 @@ import (
 
 	"github.com/stagehand-es/stagehand/eventstore"
 	"github.com/stagehand-es/stagehand/internal/migrate"
-	"github.com/stagehand-es/stagehand/internal/pgtest"
+	"github.com/stagehand-es/stagehand/internal/testkit/pgtest"
 )
 
 func one(stream string) eventstore.AppendRequest {

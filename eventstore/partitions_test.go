@@ -16,7 +16,7 @@ import (
 	"github.com/stagehand-es/stagehand"
 	"github.com/stagehand-es/stagehand/eventstore"
 	"github.com/stagehand-es/stagehand/eventstore/eventstoretest"
-	"github.com/stagehand-es/stagehand/internal/pgtest"
+	"github.com/stagehand-es/stagehand/internal/testkit/pgtest"
 )
 
 // smallPartitions are partitions of 20 positions (the first one takes positions 1 to 20), so the suites' appends

@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/stagehand-es/stagehand/health"
-	"github.com/stagehand-es/stagehand/internal/pgtest"
+	"github.com/stagehand-es/stagehand/internal/testkit/pgtest"
 )
 
 // BenchmarkCheckOutbox measures one Check of an outbox whose sent ledger holds 200,000 entries, 1,000 messages

@@ -4,7 +4,7 @@ import (
 	"reflect"
 	"testing"
 
-	"github.com/stagehand-es/stagehand/internal/doctable"
+	"github.com/stagehand-es/stagehand/internal/testkit/doctable"
 )
 
 // The README's health.Config table has a row for every field, with the default withDefaults applies.

@@ -4,7 +4,7 @@ import (
 	"context"
 	"testing"
 
-	"github.com/stagehand-es/stagehand/internal/pgtest"
+	"github.com/stagehand-es/stagehand/internal/testkit/pgtest"
 )
 
 // A dead-letter list with a TextLimit reads neither the metadata nor the last error whole: with one dead letter of

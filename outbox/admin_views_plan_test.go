@@ -8,7 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/stagehand-es/stagehand/internal/pgtest"
+	"github.com/stagehand-es/stagehand/internal/testkit/pgtest"
 )
 
 // The groups of dead letters by cause read the signature index alone: it covers the grouping. Whether the planner

@@ -7,7 +7,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/stagehand-es/stagehand/internal/doctable"
+	"github.com/stagehand-es/stagehand/internal/testkit/doctable"
 )
 
 // The README's tables of Config, RelayConfig and InboxConfig have a row for every field, with the defaults New,

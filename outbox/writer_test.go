@@ -11,7 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/stagehand-es/stagehand"
-	"github.com/stagehand-es/stagehand/internal/pgtest"
+	"github.com/stagehand-es/stagehand/internal/testkit/pgtest"
 	"github.com/stagehand-es/stagehand/outbox"
 )
 

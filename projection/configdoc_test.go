@@ -4,8 +4,8 @@ import (
 	"reflect"
 	"testing"
 
-	"github.com/stagehand-es/stagehand/internal/doctable"
 	"github.com/stagehand-es/stagehand/internal/logfollow"
+	"github.com/stagehand-es/stagehand/internal/testkit/doctable"
 )
 
 // The README's Config table has a row for every field, with the default the projection applies (withDefaults,

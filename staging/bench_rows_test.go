@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/stagehand-es/stagehand/internal/pgtest"
+	"github.com/stagehand-es/stagehand/internal/testkit/pgtest"
 )
 
 // TestSameRowsWritesWhatASaveWrites holds BenchmarkSaveSameRows to its claim: its raw side writes event and outbox

@@ -34,10 +34,10 @@ import (
 	"github.com/stagehand-es/stagehand"
 	"github.com/stagehand-es/stagehand/aggregate"
 	"github.com/stagehand-es/stagehand/eventstore"
-	"github.com/stagehand-es/stagehand/internal/benchpair"
-	"github.com/stagehand-es/stagehand/internal/pgtest"
 	"github.com/stagehand-es/stagehand/internal/telemetry"
 	"github.com/stagehand-es/stagehand/internal/telemetry/telemetrytest"
+	"github.com/stagehand-es/stagehand/internal/testkit/benchpair"
+	"github.com/stagehand-es/stagehand/internal/testkit/pgtest"
 	"github.com/stagehand-es/stagehand/outbox"
 )
 

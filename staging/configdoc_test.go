@@ -5,8 +5,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/stagehand-es/stagehand/internal/doctable"
 	"github.com/stagehand-es/stagehand/internal/logfollow"
+	"github.com/stagehand-es/stagehand/internal/testkit/doctable"
 )
 
 // The README's staging table has a row for every field of Config and WorkerConfig, with the default the code

@@ -7,7 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/stagehand-es/stagehand/internal/pgtest"
+	"github.com/stagehand-es/stagehand/internal/testkit/pgtest"
 )
 
 // Every goroutine a staging worker starts (its log follower, its listener, the replay loop of parked events) and

@@ -9,7 +9,7 @@ import (
 
 	"github.com/stagehand-es/stagehand/internal/heartbeat"
 	"github.com/stagehand-es/stagehand/internal/logfollow"
-	"github.com/stagehand-es/stagehand/internal/pgtest"
+	"github.com/stagehand-es/stagehand/internal/testkit/pgtest"
 )
 
 // A running follower beats under its kind, name and lease owner, active or standby, with the events it applied;

@@ -10,7 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/stagehand-es/stagehand/internal/pgnotify"
-	"github.com/stagehand-es/stagehand/internal/pgtest"
+	"github.com/stagehand-es/stagehand/internal/testkit/pgtest"
 )
 
 // Channel names are always whole, valid identifiers: never longer than 63 bytes, never cut inside a UTF-8

@@ -21,7 +21,7 @@ import (
 	"github.com/stagehand-es/stagehand"
 	"github.com/stagehand-es/stagehand/aggregate"
 	"github.com/stagehand-es/stagehand/eventstore"
-	"github.com/stagehand-es/stagehand/internal/hoststat"
+	"github.com/stagehand-es/stagehand/internal/testkit/hoststat"
 	"github.com/stagehand-es/stagehand/outbox"
 	"github.com/stagehand-es/stagehand/proof/natsjs"
 	"github.com/stagehand-es/stagehand/staging"

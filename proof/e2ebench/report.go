@@ -13,7 +13,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/stagehand-es/stagehand/internal/hoststat"
+	"github.com/stagehand-es/stagehand/internal/testkit/hoststat"
 )
 
 // Machine describes where a run measured.

@@ -125,7 +125,7 @@ func freePort() (int, error) {
 }
 
 // removeWhenDead starts a detached process that removes dir once this process has died, so a run killed by a test
-// timeout leaves no broker store behind (internal/pgtest does the same for its clusters).
+// timeout leaves no broker store behind (internal/testkit/pgtest does the same for its clusters).
 func removeWhenDead(dir string) error {
 	cmd := exec.Command("/bin/sh", "-c", fmt.Sprintf(`while [ -d /proc/%d ]; do sleep 1; done; rm -rf %q`,
 		os.Getpid(), dir))

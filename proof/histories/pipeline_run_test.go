@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/stagehand-es/stagehand/internal/pgtest"
+	"github.com/stagehand-es/stagehand/internal/testkit/pgtest"
 	"github.com/stagehand-es/stagehand/proof/histories"
 )
 

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/stagehand-es/stagehand/internal/pgtest"
+	"github.com/stagehand-es/stagehand/internal/testkit/pgtest"
 	"github.com/stagehand-es/stagehand/proof/histories"
 )
 

@@ -14,8 +14,8 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/stagehand-es/stagehand/internal/hoststat"
-	"github.com/stagehand-es/stagehand/internal/pgtest"
+	"github.com/stagehand-es/stagehand/internal/testkit/hoststat"
+	"github.com/stagehand-es/stagehand/internal/testkit/pgtest"
 )
 
 // StartServer starts a durable throwaway cluster (fsync, synchronous_commit and full_page_writes on) with

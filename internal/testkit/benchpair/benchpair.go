@@ -21,7 +21,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/stagehand-es/stagehand/internal/hoststat"
+	"github.com/stagehand-es/stagehand/internal/testkit/hoststat"
 )
 
 // Op performs one operation on behalf of worker (0..clients-1). Workers keep their own state by index.

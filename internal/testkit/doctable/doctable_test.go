@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/stagehand-es/stagehand/internal/doctable"
+	"github.com/stagehand-es/stagehand/internal/testkit/doctable"
 )
 
 type cfg struct {

@@ -4,7 +4,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/stagehand-es/stagehand/internal/hoststat"
+	"github.com/stagehand-es/stagehand/internal/testkit/hoststat"
 )
 
 func TestRoundRange(t *testing.T) {
