@@ -42,8 +42,7 @@ type checkpoint struct {
 // checkpointSQL are the checkpoint statements written out for one schema.
 type checkpointSQL struct {
 	advance, noteError, setState, start, load, position sqlfile.Named[checkpoint]
-	lockResetGroup, resetGroup, requestReset            sqlfile.Named[checkpoint]
-	list, positions                                     sqlfile.Named[checkpoint]
+	lockResetGroup, resetGroup                          sqlfile.Named[checkpoint]
 }
 
 // checkpointStatements writes a follower's checkpoint statements out for schema.
