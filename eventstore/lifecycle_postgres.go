@@ -156,11 +156,12 @@ func (s *PostgresStore) lifecycleMark(ctx context.Context, req LifecycleRequest,
 	if err != nil {
 		return lc, err
 	}
-	if lay, err := s.layout(ctx, tx); err == nil && lay.partitioned {
-		if _, err := tx.Exec(ctx, `UPDATE `+s.t.streams+` SET closed = true WHERE tenant_id = $1 AND stream_id = $2`,
-			req.Tenant, req.StreamID); err != nil {
-			return lc, fmt.Errorf("eventstore: %s stream %q: close its head: %w", op, req.StreamID, err)
-		}
+	// The head is closed whatever the layout this store last read: a table being converted to partitions has its
+	// heads recorded already (and the conversion closes those of streams archived before it copied them), and on a
+	// table that is not partitioned there is no head to close.
+	if _, err := tx.Exec(ctx, `UPDATE `+s.t.streams+` SET closed = true WHERE tenant_id = $1 AND stream_id = $2`,
+		req.Tenant, req.StreamID); err != nil {
+		return lc, fmt.Errorf("eventstore: %s stream %q: close its head: %w", op, req.StreamID, err)
 	}
 	actor := any(nilIfBlank(req.Actor))
 	if !found {

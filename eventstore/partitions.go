@@ -112,7 +112,7 @@ type Partitions struct {
 }
 
 type partitionTables struct {
-	events, seq, streams, ids, archives, snapshots, checkpoints, watermarks, projectionParked, stagingParked string
+	events, seq, streams, ids, archives, snapshots, checkpoints, watermarks, projectionParked, stagingParked, lifecycle string
 }
 
 // NewPartitions returns the partition operations of the store in cfg.Schema on pool. It does not touch the
@@ -130,7 +130,7 @@ func NewPartitions(pool *pgxpool.Pool, cfg *PartitionConfig) (*Partitions, error
 		events: q("events"), seq: q("events_position_seq"), streams: q("event_streams"), ids: q("event_ids"),
 		archives: q("event_archives"), snapshots: q("snapshots"), checkpoints: q("checkpoints"),
 		watermarks: q("outbox_watermarks"), projectionParked: q("projection_parked"),
-		stagingParked: q("staging_parked"),
+		stagingParked: q("staging_parked"), lifecycle: q("stream_lifecycle"),
 	}}, nil
 }
 

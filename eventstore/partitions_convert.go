@@ -109,6 +109,13 @@ func (p *Partitions) Convert(ctx context.Context) (ConvertResult, error) {
 		return res, fmt.Errorf("eventstore: convert: copy stream heads: %w", err)
 	}
 	res.Streams = tag.RowsAffected()
+	// The heads of archived and deleted streams are closed, as the stream lifecycle closes them on a partitioned
+	// table: the closed head is what refuses appends to them there. A stream archived after this statement closes
+	// its own head (lifecycleMark), which the trigger has made by then.
+	if _, err := s.conn.Exec(ctx, `UPDATE `+p.t.streams+` h SET closed = true FROM `+p.t.lifecycle+` l
+		WHERE l.tenant_id = h.tenant_id AND l.stream_id = h.stream_id AND NOT h.closed`); err != nil {
+		return res, fmt.Errorf("eventstore: convert: close the heads of archived and deleted streams: %w", err)
+	}
 	tag, err = s.conn.Exec(ctx, `INSERT INTO `+p.t.ids+` (event_id, position) SELECT event_id, position FROM `+
 		p.t.events+` ON CONFLICT DO NOTHING`)
 	if err != nil {
