@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/stagehand-es/stagehand/health"
+	"github.com/stagehand-es/stagehand/outbox"
 )
 
 // The read-only JSON API: what the overview and the charts page show, for scripts. Same scope and the same
@@ -19,8 +20,12 @@ func (c *Console) apiRoutes(m *http.ServeMux) {
 	p := c.cfg.Prefix
 	m.HandleFunc("GET "+p+"/api/v1/overview", c.api(c.apiOverview))
 	m.HandleFunc("GET "+p+"/api/v1/charts", c.api(c.apiCharts))
+	m.HandleFunc("GET "+p+"/api/v1/dead-letters", c.api(c.apiDeadLetters))
+	m.HandleFunc("GET "+p+"/api/v1/dead-letter-groups", c.api(c.apiDeadLetterGroups))
+	m.HandleFunc("GET "+p+"/api/v1/find", c.api(c.apiFind))
 	m.HandleFunc(p+"/api/", c.api(func(*http.Request) (any, error) {
-		return nil, notFound("no such API endpoint: see /api/v1/overview and /api/v1/charts")
+		return nil, notFound("no such API endpoint: see /api/v1/overview, /api/v1/charts, /api/v1/dead-letters, " +
+			"/api/v1/dead-letter-groups and /api/v1/find")
 	}))
 }
 
@@ -241,4 +246,82 @@ func (c *Console) apiCharts(r *http.Request) (any, error) {
 		body.Handlers[name] = buckets(pts)
 	}
 	return body, nil
+}
+
+// apiTextLimit cuts the errors and payloads the list endpoints return, as the pages' lists do: a list never reads
+// a whole large value.
+const apiTextLimit = 1024
+
+// apiSource reads ?source= (outbox, the default, or inbox).
+func apiSource(r *http.Request) (inbox bool, err error) {
+	switch src := r.URL.Query().Get("source"); src {
+	case "", "outbox":
+		return false, nil
+	case "inbox":
+		return true, nil
+	default:
+		return false, badRequest("source must be outbox or inbox, not %q", clipForError(src))
+	}
+}
+
+// apiDeadLetters is GET /api/v1/dead-letters?source=outbox|inbox&signature=...&limit=N: the newest dead letters
+// of the scope (at most 1000, default 100), errors and payloads cut to their first 1024 bytes, no metadata.
+func (c *Console) apiDeadLetters(r *http.Request) (any, error) {
+	inbox, err := apiSource(r)
+	if err != nil {
+		return nil, err
+	}
+	limit, err := intParam("limit", r.URL.Query().Get("limit"), 100)
+	if err != nil || limit < 1 || limit > 1000 {
+		return nil, badRequest("limit must be between 1 and 1000")
+	}
+	signature := r.URL.Query().Get("signature")
+	if inbox {
+		dead, err := c.admin.InboxDeadLetters(r.Context(), outbox.InboxListOptions{Limit: int(limit),
+			NewestFirst: true, Signature: signature, TextLimit: apiTextLimit, PayloadLimit: apiTextLimit})
+		if dead == nil {
+			dead = []outbox.InboxDeadLetter{}
+		}
+		return map[string]any{"scope": c.scopeName(), "source": "inbox", "dead_letters": dead}, err
+	}
+	dead, err := c.admin.DeadLetters(r.Context(), outbox.ListOptions{Limit: int(limit), NewestFirst: true,
+		Signature: signature, TextLimit: apiTextLimit, PayloadLimit: apiTextLimit})
+	if dead == nil {
+		dead = []outbox.DeadLetter{}
+	}
+	return map[string]any{"scope": c.scopeName(), "source": "outbox", "dead_letters": dead}, err
+}
+
+// apiDeadLetterGroups is GET /api/v1/dead-letter-groups?source=outbox|inbox: the dead letters grouped by cause.
+func (c *Console) apiDeadLetterGroups(r *http.Request) (any, error) {
+	inbox, err := apiSource(r)
+	if err != nil {
+		return nil, err
+	}
+	var groups []outbox.DeadLetterGroup
+	source := "outbox"
+	if inbox {
+		source = "inbox"
+		groups, err = c.admin.InboxDeadLetterGroups(r.Context(), outbox.InboxListOptions{})
+	} else {
+		groups, err = c.admin.DeadLetterGroups(r.Context(), outbox.ListOptions{})
+	}
+	if groups == nil {
+		groups = []outbox.DeadLetterGroup{}
+	}
+	return map[string]any{"scope": c.scopeName(), "source": source, "groups": groups}, err
+}
+
+// apiFind is GET /api/v1/find?q=...: where the messages with that ID, correlation ID, stream or key are, as the
+// find page shows them (without the stream's events).
+func (c *Console) apiFind(r *http.Request) (any, error) {
+	q := strings.TrimSpace(r.URL.Query().Get("q"))
+	if q == "" || len(q) > 1024 {
+		return nil, badRequest("q must be a message ID, correlation ID, stream or key of at most 1024 bytes")
+	}
+	res, err := c.admin.Find(r.Context(), outbox.FindQuery{Text: q})
+	if err != nil {
+		return nil, err
+	}
+	return map[string]any{"scope": c.scopeName(), "query": q, "result": res}, nil
 }

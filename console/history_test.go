@@ -184,3 +184,60 @@ func TestJSONAPI(t *testing.T) {
 	require.Equal(t, http.StatusMethodNotAllowed, resp.StatusCode)
 	require.True(t, strings.HasPrefix(resp.Header.Get("Content-Type"), "application/json"))
 }
+
+// The JSON API lists the dead letters (cut, no metadata), their groups by cause and a message's whereabouts, as
+// the dead-letter, groups and find pages show them; bad parameters are 400s.
+func TestJSONAPIDeadLettersGroupsAndFind(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t, nil)
+	w.groupDeadLetters()
+	w.inboxDeadLetter("billing", "acme", "inv-1", `{}`, map[string]string{"k": strings.Repeat("v", 5000)},
+		strings.Repeat("ledger row 17 is locked ", 100))
+
+	code, body := w.get("/api/v1/dead-letters?limit=2")
+	require.Equal(t, http.StatusOK, code, body)
+	var list struct {
+		Source      string `json:"source"`
+		DeadLetters []struct {
+			ID        string
+			MessageID string // an inbox dead letter's
+			LastError string
+			Metadata  map[string]string
+		} `json:"dead_letters"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(body), &list))
+	require.Equal(t, "outbox", list.Source)
+	require.Len(t, list.DeadLetters, 2, "limit")
+
+	code, body = w.get("/api/v1/dead-letters?source=inbox")
+	require.Equal(t, http.StatusOK, code, body)
+	require.NoError(t, json.Unmarshal([]byte(body), &list))
+	require.Len(t, list.DeadLetters, 1)
+	require.Equal(t, "inv-1", list.DeadLetters[0].MessageID)
+	require.LessOrEqual(t, len(list.DeadLetters[0].LastError), 1024, "the error is cut")
+	require.Empty(t, list.DeadLetters[0].Metadata, "no metadata in a list")
+
+	code, body = w.get("/api/v1/dead-letter-groups")
+	require.Equal(t, http.StatusOK, code, body)
+	var groups struct {
+		Groups []struct {
+			Signature string
+			Count     int64
+		} `json:"groups"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(body), &groups))
+	require.Len(t, groups.Groups, 2)
+	require.EqualValues(t, 3, groups.Groups[0].Count, "the largest group first")
+
+	code, body = w.get("/api/v1/find?q=d-2")
+	require.Equal(t, http.StatusOK, code, body)
+	require.Contains(t, body, `"d-2"`)
+	require.Contains(t, body, "timeout after")
+
+	for _, bad := range []string{"/api/v1/dead-letters?source=nope", "/api/v1/dead-letters?limit=0",
+		"/api/v1/dead-letter-groups?source=x", "/api/v1/find", "/api/v1/find?q=" + strings.Repeat("x", 2000)} {
+		code, body = w.get(bad)
+		require.Equal(t, http.StatusBadRequest, code, bad)
+		require.Contains(t, body, `"error"`, bad)
+	}
+}
