@@ -13,7 +13,9 @@ type processView struct {
 	Kind, Name, Instance clipped
 	Host                 clipped
 	PID                  int
-	// State is "alive", "stopped" (it stopped cleanly) or "gone" (no beat for three of its intervals).
+	// State is "alive", "stopped" (it stopped cleanly), "gone" (no beat for three of its intervals) or, for an
+	// inbox handler, which beats only when a message comes, "idle" (no message for three intervals: it may be
+	// waiting, or gone).
 	State string
 	// BeatAgo is how old its latest beat is; Up how long it has run; ActivityAgo how long ago it last published,
 	// handled or applied something (Active false: never since it started); Activity how many since it started.
@@ -41,6 +43,8 @@ func (c *Console) processes(ctx context.Context, now time.Time) ([]processView, 
 		switch {
 		case !p.StoppedAt.IsZero():
 			v.State = "stopped"
+		case p.Gone() && p.Kind == "inbox":
+			v.State = "idle"
 		case p.Gone():
 			v.State = "gone"
 		}

@@ -66,4 +66,11 @@ func TestRelaysAndInboxHandlersShowUp(t *testing.T) {
 	require.EqualValues(t, 1, w.count(`SELECT count(*) FROM {s}.heartbeats WHERE kind = 'relay'
 		AND stopped_at IS NOT NULL`))
 	require.Contains(t, w.page("/outbox"), "stopped, beat ")
+
+	// An inbox handler beats only when a message comes: one whose beat is old is idle, a relay's is gone.
+	pgtest.Exec(t, w.pool, `UPDATE `+pgx.Identifier{w.schema}.Sanitize()+`.heartbeats
+		SET heartbeat_at = heartbeat_at - interval '1 hour', stopped_at = NULL`)
+	page = w.page("/")
+	require.Regexp(t, `(?s)>billing<.*?>idle<`, page)
+	require.Regexp(t, `(?s)>relay<.*?>gone<`, page)
 }
