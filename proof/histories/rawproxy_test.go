@@ -47,6 +47,14 @@ func rawProxy(t *testing.T) (*histories.Proxy, net.Conn) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = c.Close() })
+	// Dial returns once the kernel has accepted; the proxy registers the connection a moment later, on its accept
+	// goroutine. A fault aimed at every connection must wait for that.
+	for deadline := time.Now().Add(5 * time.Second); p.Connections() != 1; {
+		if time.Now().After(deadline) {
+			t.Fatalf("the proxy holds %d connections after a dial, want 1", p.Connections())
+		}
+		time.Sleep(time.Millisecond)
+	}
 	return p, c
 }
 

@@ -69,7 +69,7 @@ func TestPublishAndConsumeAcrossACrash(t *testing.T) {
 
 	confirmed := map[string]bool{}
 	var unavailable int
-	publish := func(n int) {
+	publish := func(phase string, n int) {
 		for range n {
 			m := message.NewMessage(watermill.NewUUID(), []byte("x"))
 			switch err := pub.Publish("crash-test", m); {
@@ -78,15 +78,15 @@ func TestPublishAndConsumeAcrossACrash(t *testing.T) {
 			case Unavailable(err):
 				unavailable++
 			default:
-				t.Fatalf("publish: %v", err)
+				t.Fatalf("publish %s: %v", phase, err)
 			}
 		}
 	}
-	publish(100)
+	publish("before the crash", 100)
 	require.NoError(t, node.Kill())
-	publish(20) // the broker is down: unavailable, not rejected
+	publish("while the node is down", 20) // unavailable, not rejected
 	require.NoError(t, node.Restart(ctx))
-	publish(100)
+	publish("after the restart", 100)
 	require.Equal(t, 20, unavailable)
 	require.Len(t, confirmed, 200)
 	require.Eventually(t, func() bool {
