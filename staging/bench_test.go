@@ -190,36 +190,8 @@ func BenchmarkSaveTen(b *testing.B) {
 		b.Run(fmt.Sprintf("transactional/clients=%d", clients), func(b *testing.B) {
 			const n = 10
 			e, save := saver(b, Transactional, clients, n)
-			ctx := context.Background()
-			rawVersions, rawIDs := make([]int64, clients), rawStreams(clients)
-			events, outboxT := pgtest.Q(e.schema, "events"), pgtest.Q(e.schema, "outbox")
 			benchpair.Compare(b, benchpair.Config{Unit: "events", UnitsPerOp: n, Clients: clients}, save,
-				func(w int) error {
-					versions, ids, msgIDs := make([]int64, n), make([]uuid.UUID, n), make([]string, n)
-					for i := range n {
-						rawVersions[w]++
-						versions[i], ids[i], msgIDs[i] = rawVersions[w], uuid.Must(uuid.NewV7()), uuid.NewString()
-					}
-					tx, err := e.pool.Begin(ctx)
-					if err != nil {
-						return err
-					}
-					defer func() { _ = tx.Rollback(ctx) }()
-					if _, err := tx.Exec(ctx, `INSERT INTO `+events+` (tenant_id, stream_id, stream_type, version,
-						event_id, event_type, payload, occurred_at)
-						SELECT $1, $2, 'shop.order', v, id, 'shop.order.placed', '{"Total":1}', now()
-						FROM unnest($3::bigint[], $4::uuid[]) AS d(v, id)`, stagehand.NoTenant, rawIDs[w],
-						versions, ids); err != nil {
-						return err
-					}
-					if _, err := tx.Exec(ctx, `INSERT INTO `+outboxT+` (message_id, topic, message_type, payload,
-						partition_key, next_attempt_at, created_at)
-						SELECT id, 'orders', 'order.placed', '{"Total":1}', $2, now(), now()
-						FROM unnest($1::text[]) AS d(id)`, msgIDs, rawIDs[w]); err != nil {
-						return err
-					}
-					return tx.Commit(ctx)
-				})
+				plainTen(e, clients, n))
 		})
 	}
 }
