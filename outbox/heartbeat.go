@@ -10,7 +10,7 @@ import (
 // Heartbeats. Every running relay (leader-elected or not) and every inbox handler records in the heartbeats table
 // (migration 046), every heartbeat.DefaultInterval, that its process is alive, when it last published or handled
 // a message and how many it did since it started, so operators (the console) see every process. A relay beats from
-// a loop of its subscription, which ends with it; an inbox handler has no loop of its own, so it beats inline, after
+// a loop of its subscription or drain, which ends with it; an inbox handler has no loop of its own, so it beats inline, after
 // a message, at most once per interval (an idle handler's row ages and shows as gone). Counting costs two atomic
 // operations per message; a beat is one single-row UPSERT.
 

@@ -120,7 +120,7 @@ func (g *group) run() {
 	} else if !g.drain {
 		wakes = make([]chan struct{}, n) // nil channels: poll only
 	}
-	if !g.drain && g.r.beat != nil {
+	if g.r.beat != nil { // a drain beats too: an operator's drain of a backlog can run for minutes
 		loops.Add(1)
 		go func() {
 			defer loops.Done()
