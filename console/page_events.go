@@ -54,10 +54,13 @@ type eventsPage struct {
 	Older, Newer   string
 	Live           bool
 	// Stream: its description.
-	Stream  *eventstore.StreamInfo
-	StreamC clipped
-	TenantC clipped
-	Estate  bool
+	Stream *eventstore.StreamInfo
+	// Lifecycle is the stream's archive or deletion record (nil for a stream never archived nor deleted); for a
+	// deleted stream it is all the page shows.
+	Lifecycle *lifecycleView
+	StreamC   clipped
+	TenantC   clipped
+	Estate    bool
 	// Problem is an event of the stream that cannot be read (ProblemLink shows it by position).
 	Problem     clipped
 	ProblemLink string
@@ -202,6 +205,19 @@ func (c *Console) streamView(r *http.Request, tenantText, stream, fromText strin
 		return err
 	}
 	info, err := c.store.Stream(ctx, tenant, stream)
+	if errors.Is(err, eventstore.ErrStreamDeleted) || err == nil && info.State != eventstore.StreamActive {
+		rec, lerr := c.store.Lifecycle(ctx, tenant, stream)
+		if lerr != nil {
+			return lerr
+		}
+		p.Lifecycle, p.StreamC, p.TenantC = lifecycleOf(rec), clip(stream, 1024), clip(tenant, 255)
+		if rec.MarkerPosition > 0 {
+			p.Lifecycle.MarkerLink = c.link("/events", "position", strconv.FormatInt(rec.MarkerPosition, 10))
+		}
+		if err != nil {
+			return nil // deleted: its events are gone, the record is the page
+		}
+	}
 	if errors.Is(err, eventstore.ErrStreamNotFound) {
 		return notFound("no stream %q of tenant %q", clipForError(stream), clipForError(tenant))
 	}
@@ -307,4 +323,24 @@ func (c *Console) attachMessages(r *http.Request, views []*eventView) error {
 		v.Messages = append(v.Messages, sv)
 	}
 	return nil
+}
+
+// lifecycleView is a stream's archive or deletion record as the stream page shows it: who asked, when and why, and
+// what moved. Actors and reasons are operators' text, clipped like every stored text.
+type lifecycleView struct {
+	State                       string
+	Version, Events             int64
+	FirstPosition, LastPosition int64
+	MarkerPosition              int64
+	ArchivedAt, DeletedAt       time.Time
+	ArchivedBy, DeletedBy       clipped
+	Reason                      clipped
+	MarkerLink                  string
+}
+
+func lifecycleOf(rec eventstore.StreamLifecycle) *lifecycleView {
+	return &lifecycleView{State: string(rec.State), Version: rec.Version, Events: rec.Events,
+		FirstPosition: rec.FirstPosition, LastPosition: rec.LastPosition, MarkerPosition: rec.MarkerPosition,
+		ArchivedAt: rec.ArchivedAt, DeletedAt: rec.DeletedAt, ArchivedBy: clip(rec.ArchivedBy, 200),
+		DeletedBy: clip(rec.DeletedBy, 200), Reason: clip(rec.Reason, 1000)}
 }
