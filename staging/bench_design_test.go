@@ -2,7 +2,6 @@ package staging
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"strings"
 	"testing"
@@ -66,11 +65,7 @@ func addMessageArrays(tb testing.TB, e *env) {
 func oneRowPerKey(e *env, clients, n int) benchpair.Op {
 	events, outboxT := pgtest.Q(e.schema, "events"), pgtest.Q(e.schema, "outbox")
 	seq := strings.ReplaceAll(pgtest.Q(e.schema, "outbox_seq"), "'", "''")
-	appendMany := `INSERT INTO ` + events + ` (tenant_id, stream_id, stream_type, version, event_id, event_type,
-		payload, event_version, metadata, occurred_at)
-		SELECT $1, $2, 'shop.order', d.version, d.event_id, 'shop.order.placed', d.payload, 1, '{}', $5
-		FROM unnest($3::bigint[], $4::uuid[], $6::jsonb[]) AS d(version, event_id, payload)
-		RETURNING position`
+	appendMany := rawAppendMany(events)
 	stageRow := `INSERT INTO ` + outboxT + ` (message_id, message_type, topic, payload, metadata, tenant_id,
 		correlation_id, causation_id, partition_key, seq, source_position, next_attempt_at, created_at,
 		more_ids, more_payloads, more_metadata, more_causation_ids, more_positions)
@@ -81,29 +76,16 @@ func oneRowPerKey(e *env, clients, n int) benchpair.Op {
 		ctx := context.Background()
 		now := time.Now()
 		later := versions[w] > 0
-		vs, ids, payloads := make([]int64, n), make([]uuid.UUID, n), make([][]byte, n)
-		msgIDs, metas, links := make([]string, n), make([][]byte, n), make([]string, n)
-		for i := range n {
-			versions[w]++
-			vs[i], ids[i] = versions[w], uuid.Must(uuid.NewV7())
-			p, err := json.Marshal(OrderPlaced{Total: 1})
-			if err != nil {
-				return err
-			}
-			payloads[i], msgIDs[i], links[i] = p, uuid.NewString(), ids[i].String()
-			metas[i], err = json.Marshal(map[string]string{stagehand.HeaderEventID: links[i],
-				stagehand.HeaderEventType: "shop.order.placed", stagehand.HeaderOccurredAt: now.UTC().Format(time.RFC3339Nano),
-				stagehand.HeaderAggregateID: streams[w], stagehand.HeaderAggregateType: "shop.order"})
-			if err != nil {
-				return err
-			}
+		in, err := newRowInputs(n, streams[w], &versions[w], rowParts{}, now)
+		if err != nil {
+			return err
 		}
 		tx, err := e.pool.Begin(ctx)
 		if err != nil {
 			return err
 		}
 		defer func() { _ = tx.Rollback(ctx) }()
-		rows, err := tx.Query(ctx, appendMany, stagehand.NoTenant, streams[w], vs, ids, now, payloads)
+		rows, err := tx.Query(ctx, appendMany, stagehand.NoTenant, streams[w], in.versions, in.ids, now, in.payloads)
 		if err != nil {
 			return err
 		}
@@ -111,9 +93,9 @@ func oneRowPerKey(e *env, clients, n int) benchpair.Op {
 		if err != nil {
 			return err
 		}
-		if _, err := tx.Exec(ctx, stageRow, msgIDs[0], payloads[0], metas[0], stagehand.NoTenant, links[0],
-			streams[w], positions[0], later, now, msgIDs[1:], payloads[1:], metas[1:], links[1:],
-			positions[1:]); err != nil {
+		if _, err := tx.Exec(ctx, stageRow, in.msgIDs[0], in.payloads[0], in.metas[0], stagehand.NoTenant,
+			in.links[0], streams[w], positions[0], later, now, in.msgIDs[1:], in.payloads[1:], in.metas[1:],
+			in.links[1:], positions[1:]); err != nil {
 			return err
 		}
 		return tx.Commit(ctx)
@@ -150,5 +132,33 @@ func plainTen(e *env, clients, n int) benchpair.Op {
 			return err
 		}
 		return tx.Commit(ctx)
+	}
+}
+
+// TestOneRowPerKeyCarriesEveryMessage holds BenchmarkSaveTenOneRowPerKey's subject to its claim: a call writes the
+// ten events and one outbox row carrying the ten messages, each with its ID, payload, headers, causation ID and
+// its event's position, and a second call's row is parked behind the first.
+func TestOneRowPerKeyCarriesEveryMessage(t *testing.T) {
+	e := benchEnv(t)
+	addMessageArrays(t, e)
+	op := oneRowPerKey(e, 1, 10)
+	for range 2 {
+		if err := op(0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var rows, messages, linked, parked int64
+	if err := e.pool.QueryRow(context.Background(), `SELECT count(*), sum(1 + cardinality(o.more_ids)),
+		sum((SELECT count(*) FROM unnest(o.causation_id || o.more_causation_ids, o.source_position || o.more_positions,
+			o.metadata || o.more_metadata) AS m(c, p, md)
+			JOIN `+pgtest.Q(e.schema, "events")+` ev ON ev.event_id::text = m.c AND ev.position = m.p
+			WHERE md->>'event-id' = m.c)),
+		count(*) FILTER (WHERE o.next_attempt_at = 'infinity')
+		FROM `+pgtest.Q(e.schema, "outbox")+` o`).Scan(&rows, &messages, &linked, &parked); err != nil {
+		t.Fatal(err)
+	}
+	if rows != 2 || messages != 20 || linked != 20 || parked != 1 {
+		t.Fatalf("%d rows carrying %d messages, %d linked to their events, %d parked; want 2, 20, 20, 1", rows,
+			messages, linked, parked)
 	}
 }

@@ -280,11 +280,7 @@ func sameRows(e *env, clients, n int, leave rowParts) benchpair.Op {
 		correlation_id, causation_id, partition_key, seq, source_position, next_attempt_at, created_at)
 		VALUES ($1, 'order.placed', 'orders', $2, $3, $4, $5, $5, $6, CASE WHEN $7::bool THEN nextval('` + seq + `') END,
 			$8, CASE WHEN $9::bool THEN 'infinity'::timestamptz ELSE $10 END, $10)`
-	appendMany := `INSERT INTO ` + events + ` (tenant_id, stream_id, stream_type, version, event_id, event_type,
-		payload, event_version, metadata, occurred_at)
-		SELECT $1, $2, 'shop.order', d.version, d.event_id, 'shop.order.placed', d.payload, 1, '{}', $5
-		FROM unnest($3::bigint[], $4::uuid[], $6::jsonb[]) AS d(version, event_id, payload)
-		RETURNING position`
+	appendMany := rawAppendMany(events)
 	stageMany := `INSERT INTO ` + outboxT + ` (message_id, message_type, topic, payload, metadata, tenant_id,
 		correlation_id, causation_id, partition_key, seq, source_position, next_attempt_at, created_at)
 		SELECT d.message_id, 'order.placed', 'orders', d.payload, d.metadata, $1, d.event_id, d.event_id, $2,
@@ -297,33 +293,11 @@ func sameRows(e *env, clients, n int, leave rowParts) benchpair.Op {
 		ctx := context.Background()
 		now := time.Now()
 		later := versions[w] > 0 // the stream has messages pending from earlier calls
-		vs, ids, payloads := make([]int64, n), make([]uuid.UUID, n), make([][]byte, n)
-		for i := range n {
-			versions[w]++
-			vs[i], ids[i] = versions[w], uuid.Must(uuid.NewV7())
-			p, err := json.Marshal(OrderPlaced{Total: 1})
-			if err != nil {
-				return err
-			}
-			payloads[i] = p
+		in, err := newRowInputs(n, streams[w], &versions[w], leave, now)
+		if err != nil {
+			return err
 		}
-		msgIDs, metas, links := make([]string, n), make([][]byte, n), make([]string, n)
-		for i := range n {
-			msgIDs[i], metas[i] = uuid.NewString(), []byte(`{}`)
-			if !leave.links {
-				links[i] = ids[i].String()
-			}
-			if leave.headers {
-				continue
-			}
-			var err error
-			metas[i], err = json.Marshal(map[string]string{stagehand.HeaderEventID: ids[i].String(),
-				stagehand.HeaderEventType: "shop.order.placed", stagehand.HeaderOccurredAt: now.UTC().Format(time.RFC3339Nano),
-				stagehand.HeaderAggregateID: streams[w], stagehand.HeaderAggregateType: "shop.order"})
-			if err != nil {
-				return err
-			}
-		}
+		vs, ids, payloads, msgIDs, metas, links := in.versions, in.ids, in.payloads, in.msgIDs, in.metas, in.links
 		tx, err := e.pool.Begin(ctx)
 		if err != nil {
 			return err
@@ -436,4 +410,52 @@ func report(b *testing.B, delays []time.Duration) {
 	b.ReportMetric(float64(p99.Microseconds())/1000, "p99-ms")
 	fmt.Fprintf(os.Stdout, "DELAY %s: p50 %.2f ms, p99 %.2f ms (%d saves)\n", b.Name(),
 		float64(p50.Microseconds())/1000, float64(p99.Microseconds())/1000, len(delays))
+}
+
+// rowInputs are what one call of sameRows (or oneRowPerKey) sends for n events of stream and their messages: the
+// next n versions, event IDs, payloads, and the messages' IDs, metadata headers and links, less the parts leave
+// leaves out.
+type rowInputs struct {
+	versions      []int64
+	ids           []uuid.UUID
+	payloads      [][]byte
+	msgIDs, links []string
+	metas         [][]byte
+}
+
+func newRowInputs(n int, stream string, version *int64, leave rowParts, now time.Time) (rowInputs, error) {
+	in := rowInputs{versions: make([]int64, n), ids: make([]uuid.UUID, n), payloads: make([][]byte, n),
+		msgIDs: make([]string, n), links: make([]string, n), metas: make([][]byte, n)}
+	for i := range n {
+		*version++
+		in.versions[i], in.ids[i] = *version, uuid.Must(uuid.NewV7())
+		p, err := json.Marshal(OrderPlaced{Total: 1})
+		if err != nil {
+			return rowInputs{}, err
+		}
+		in.payloads[i], in.msgIDs[i], in.metas[i] = p, uuid.NewString(), []byte(`{}`)
+		if !leave.links {
+			in.links[i] = in.ids[i].String()
+		}
+		if leave.headers {
+			continue
+		}
+		in.metas[i], err = json.Marshal(map[string]string{stagehand.HeaderEventID: in.ids[i].String(),
+			stagehand.HeaderEventType: "shop.order.placed", stagehand.HeaderOccurredAt: now.UTC().Format(time.RFC3339Nano),
+			stagehand.HeaderAggregateID: stream, stagehand.HeaderAggregateType: "shop.order"})
+		if err != nil {
+			return rowInputs{}, err
+		}
+	}
+	return in, nil
+}
+
+// rawAppendMany is the raw sides' append of several events to the events table events: ($1 tenant, $2 stream, $3
+// versions, $4 event IDs, $5 occurrence time, $6 payloads), returning their positions.
+func rawAppendMany(events string) string {
+	return `INSERT INTO ` + events + ` (tenant_id, stream_id, stream_type, version, event_id, event_type,
+		payload, event_version, metadata, occurred_at)
+		SELECT $1, $2, 'shop.order', d.version, d.event_id, 'shop.order.placed', d.payload, 1, '{}', $5
+		FROM unnest($3::bigint[], $4::uuid[], $6::jsonb[]) AS d(version, event_id, payload)
+		RETURNING position`
 }
