@@ -117,7 +117,20 @@ func serve(t *testing.T, s *shop, mod func(*console.Config)) string {
 func do(t *testing.T, ctx context.Context, steps ...chromedp.Action[chromedp.Void]) {
 	t.Helper()
 	sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	err := chromedp.Do(sctx, steps...)
+	var err error
+	for _, step := range steps {
+		// The live parts of a page are replaced every refresh period (a second in these tests): a step that
+		// found its node just before the replacement fails with the node gone, and is run again on the new one.
+		for try := 0; ; try++ {
+			err = chromedp.Do(sctx, step)
+			if err == nil || try == 4 || !strings.Contains(err.Error(), "Could not find node with given id") {
+				break
+			}
+		}
+		if err != nil {
+			break
+		}
+	}
 	cancel()
 	if err != nil {
 		where, _ := chromedp.Run(ctx, chromedp.Evaluate[string](
