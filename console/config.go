@@ -13,6 +13,7 @@ import (
 	"github.com/stagehand-es/stagehand"
 	"github.com/stagehand-es/stagehand/eventstore"
 	"github.com/stagehand-es/stagehand/health"
+	"github.com/stagehand-es/stagehand/internal/conf"
 	"github.com/stagehand-es/stagehand/internal/names"
 	"github.com/stagehand-es/stagehand/outbox"
 )
@@ -26,6 +27,14 @@ const (
 	DefaultPageSize           = 50
 	DefaultMaxPayload         = 64 << 10
 	DefaultTitle              = "stagehand"
+)
+
+// Bounds of Config's fields.
+const (
+	minPayload, maxPayload = 1 << 10, 16 << 20    // MaxPayload: 1 KiB to 16 MiB
+	maxRetention           = 400 * 24 * time.Hour // Retention: 400 days
+	minCSRFKey             = 32                   // CSRFKey, in bytes
+	maxSamples             = 10_000               // the samples History keeps in memory
 )
 
 // Config configures a Console. Pool is required; every other field has a default, stated on it. A Console is
@@ -118,118 +127,88 @@ func (c *Config) withDefaults() (Config, error) {
 	if c != nil {
 		s = *c
 	}
-	bad := func(field, format string, args ...any) (Config, error) {
-		return Config{}, &ConfigError{Package: "console", Field: field, Reason: fmt.Sprintf(format, args...)}
-	}
+	check := conf.Check{Package: "console"}
 	if s.Pool == nil {
-		return bad("Pool", "Pool is required.")
+		check.Fail("Pool", "is required")
 	}
-	if s.Schema == "" {
-		s.Schema = stagehand.DefaultSchema
-	}
-	if reason := names.Identifier(s.Schema); reason != "" || strings.TrimSpace(s.Schema) == "" {
-		if reason == "" {
-			reason = "cannot be whitespace"
-		}
-		return bad("Schema", "Schema %s.", reason)
-	}
+	check.Text("Schema", &s.Schema, stagehand.DefaultSchema, names.Identifier)
 	if s.Outbox != nil && s.Outbox.Schema() != s.Schema {
-		return bad("Outbox", "Outbox works on schema %q, the console on %q.", s.Outbox.Schema(), s.Schema)
+		check.Fail("Outbox", fmt.Sprintf("works on schema %q, the console on %q", s.Outbox.Schema(), s.Schema))
 	}
 	if s.Store != nil && s.Store.Schema() != s.Schema {
-		return bad("Store", "Store works on schema %q, the console on %q.", s.Store.Schema(), s.Schema)
+		check.Fail("Store", fmt.Sprintf("works on schema %q, the console on %q", s.Store.Schema(), s.Schema))
 	}
-	if s.Tenant != nil {
-		t := stagehand.NormalizeTenant(*s.Tenant)
-		if err := stagehand.ValidateTenant(t); err != nil {
-			return Config{}, &ConfigError{Package: "console", Field: "Tenant",
-				Reason: fmt.Sprintf("Tenant is not accepted: %v.", err), Err: err}
+	s.checkAccess(&check)
+	check.Text("Title", &s.Title, DefaultTitle, func(t string) string {
+		if len(t) > 200 || names.Text(t) != "" {
+			return "must be at most 200 bytes of text without control characters"
 		}
-		s.Tenant = &t
+		return ""
+	})
+	check.Int("PageSize", &s.PageSize, DefaultPageSize, 1, 500)
+	check.Int("MaxPayload", &s.MaxPayload, DefaultMaxPayload, minPayload, maxPayload)
+	check.Duration("SampleInterval", &s.SampleInterval, DefaultSampleInterval, time.Second)
+	check.AtMost("SampleInterval", s.SampleInterval, time.Hour)
+	check.Duration("History", &s.History, max(DefaultHistory, s.SampleInterval), 0)
+	check.AtLeast("History", s.History, "SampleInterval", s.SampleInterval)
+	if s.SampleInterval > 0 && s.History/s.SampleInterval > maxSamples {
+		check.Fail("History", fmt.Sprintf("holds more than %d samples of SampleInterval", maxSamples))
 	}
-	if s.Tenant != nil && s.Health != nil {
-		return bad("Health", "Health cannot be given to a console scoped to a tenant: a checker reports on what "+
-			"its own configuration watches, which a tenant's console must not show.")
-	}
-	if s.Actions && s.Authorize == nil {
-		return bad("Authorize", "Authorize is required when Actions is set: every action needs an authenticated "+
-			"user (BasicAuth, TokenAuth or the host's own).")
-	}
-	if s.AuthenticateReads && s.Authorize == nil {
-		return bad("Authorize", "Authorize is required when AuthenticateReads is set.")
-	}
-	if strings.ContainsAny(s.Challenge, "\r\n") {
-		return bad("Challenge", "Challenge cannot hold a line break.")
-	}
-	switch {
-	case s.CSRFKey == nil:
-		s.CSRFKey = make([]byte, 32)
-		if _, err := rand.Read(s.CSRFKey); err != nil {
-			return bad("CSRFKey", "no random key could be drawn: %v.", err)
-		}
-	case len(s.CSRFKey) < 32:
-		return bad("CSRFKey", "CSRFKey must be at least 32 bytes (%d given).", len(s.CSRFKey))
-	default:
-		s.CSRFKey = append([]byte(nil), s.CSRFKey...)
-	}
-	if s.Prefix != "" {
-		if !strings.HasPrefix(s.Prefix, "/") || strings.HasSuffix(s.Prefix, "/") || strings.ContainsAny(s.Prefix,
-			"?#{}* \t\r\n\\") || strings.Contains(s.Prefix, "//") {
-			return bad("Prefix", "Prefix %q must start with '/', not end with one, and hold no '//', spaces, "+
-				"'?', '#', '{', '}', '*' or '\\'.", s.Prefix)
-		}
-	}
-	if s.Title == "" {
-		s.Title = DefaultTitle
-	}
-	if len(s.Title) > 200 || names.Text(s.Title) != "" {
-		return bad("Title", "Title must be at most 200 bytes of text without control characters.")
-	}
-	switch {
-	case s.PageSize == 0:
-		s.PageSize = DefaultPageSize
-	case s.PageSize < 1 || s.PageSize > 500:
-		return bad("PageSize", "PageSize must be between 1 and 500 (%d given).", s.PageSize)
-	}
-	switch {
-	case s.MaxPayload == 0:
-		s.MaxPayload = DefaultMaxPayload
-	case s.MaxPayload < 1<<10 || s.MaxPayload > 16<<20:
-		return bad("MaxPayload", "MaxPayload must be between 1 KiB and 16 MiB (%d given).", s.MaxPayload)
-	}
-	switch {
-	case s.SampleInterval == 0:
-		s.SampleInterval = DefaultSampleInterval
-	case s.SampleInterval < time.Second || s.SampleInterval > time.Hour:
-		return bad("SampleInterval", "SampleInterval must be between 1s and 1h (%s given).", s.SampleInterval)
-	}
-	switch {
-	case s.History == 0:
-		s.History = max(DefaultHistory, s.SampleInterval)
-	case s.History < s.SampleInterval:
-		return bad("History", "History (%s) cannot be shorter than SampleInterval (%s).", s.History,
-			s.SampleInterval)
-	case s.History/s.SampleInterval > 10_000:
-		return bad("History", "History (%s) holds more than 10,000 samples of %s.", s.History, s.SampleInterval)
-	}
-	switch {
-	case s.IdleSampleInterval == 0:
-		s.IdleSampleInterval = max(DefaultIdleSampleInterval, s.SampleInterval)
-	case s.IdleSampleInterval < s.SampleInterval || s.IdleSampleInterval > time.Hour:
-		return bad("IdleSampleInterval", "IdleSampleInterval must be between SampleInterval (%s) and 1h (%s given).",
-			s.SampleInterval, s.IdleSampleInterval)
-	}
-	switch {
-	case s.Retention == 0:
-		s.Retention = DefaultRetention
-	case s.Retention < time.Hour || s.Retention > 400*24*time.Hour:
-		return bad("Retention", "Retention must be between 1h and 400 days (%s given).", s.Retention)
-	}
+	check.Duration("IdleSampleInterval", &s.IdleSampleInterval, max(DefaultIdleSampleInterval, s.SampleInterval), 0)
+	check.AtLeast("IdleSampleInterval", s.IdleSampleInterval, "SampleInterval", s.SampleInterval)
+	check.AtMost("IdleSampleInterval", s.IdleSampleInterval, time.Hour)
+	check.Duration("Retention", &s.Retention, DefaultRetention, time.Hour)
+	check.AtMost("Retention", s.Retention, maxRetention)
 	if s.Clock == nil {
 		s.Clock = time.Now
 	}
 	if s.Logger == nil {
 		s.Logger = slog.New(slog.DiscardHandler)
 	}
+	if err := check.Err(); err != nil {
+		return Config{}, err
+	}
 	return s, nil
+}
+
+// checkAccess checks the tenant scope, the authentication and the forms' settings, and draws a CSRF key when none
+// is given.
+func (s *Config) checkAccess(check *conf.Check) {
+	if s.Tenant != nil {
+		t := stagehand.NormalizeTenant(*s.Tenant)
+		if err := stagehand.ValidateTenant(t); err != nil {
+			check.FailErr("Tenant", err)
+		}
+		s.Tenant = &t
+	}
+	if s.Tenant != nil && s.Health != nil {
+		check.Fail("Health", "cannot be given to a console scoped to a tenant: a checker reports on what its own "+
+			"configuration watches, which a tenant's console must not show")
+	}
+	if s.Actions && s.Authorize == nil {
+		check.Fail("Authorize", "is required when Actions is set: every action needs an authenticated user "+
+			"(BasicAuth, TokenAuth or the host's own)")
+	}
+	if s.AuthenticateReads && s.Authorize == nil {
+		check.Fail("Authorize", "is required when AuthenticateReads is set")
+	}
+	if strings.ContainsAny(s.Challenge, "\r\n") {
+		check.Fail("Challenge", "must not hold a line break")
+	}
+	switch {
+	case s.CSRFKey == nil:
+		s.CSRFKey = make([]byte, minCSRFKey)
+		if _, err := rand.Read(s.CSRFKey); err != nil {
+			check.FailErr("CSRFKey", fmt.Errorf("no random key could be drawn: %w", err))
+		}
+	case len(s.CSRFKey) < minCSRFKey:
+		check.Fail("CSRFKey", fmt.Sprintf("must be at least %d bytes (%d given)", minCSRFKey, len(s.CSRFKey)))
+	default:
+		s.CSRFKey = append([]byte(nil), s.CSRFKey...)
+	}
+	if s.Prefix != "" && (!strings.HasPrefix(s.Prefix, "/") || strings.HasSuffix(s.Prefix, "/") ||
+		strings.ContainsAny(s.Prefix, "?#{}* \t\r\n\\") || strings.Contains(s.Prefix, "//")) {
+		check.Fail("Prefix", "must start with '/', not end with one, and hold no '//', spaces, '?', '#', '{', '}', "+
+			"'*' or '\\'")
+	}
 }

@@ -30,31 +30,46 @@ func TestConfigValidation(t *testing.T) {
 	bad := "a\x00"
 	checker, err := health.New(nil)
 	require.NoError(t, err)
-	for field, cfg := range map[string]*console.Config{
-		"Pool":           nil,
-		"Schema":         {Pool: pool, Schema: strings.Repeat("s", 64)},
-		"Outbox":         {Pool: pool, Outbox: other},
-		"Tenant":         {Pool: pool, Tenant: &bad},
-		"Authorize":      {Pool: pool, Actions: true},
-		"CSRFKey":        {Pool: pool, CSRFKey: []byte("short")},
-		"Prefix":         {Pool: pool, Prefix: "console/"},
-		"Title":          {Pool: pool, Title: "a\nb"},
-		"PageSize":       {Pool: pool, PageSize: 501},
-		"MaxPayload":     {Pool: pool, MaxPayload: 10},
-		"SampleInterval": {Pool: pool, SampleInterval: time.Millisecond},
-		"History":        {Pool: pool, SampleInterval: time.Minute, History: time.Second},
-		"Challenge":      {Pool: pool, Challenge: "Basic\r\nSet-Cookie: x"},
-		"Health":         {Pool: pool, Tenant: new(string), Health: checker},
+	for _, tc := range []struct {
+		field, reason string
+		cfg           *console.Config
+	}{
+		{"Pool", "is required", nil},
+		{"Schema", "at most 63 bytes", &console.Config{Pool: pool, Schema: strings.Repeat("s", 64)}},
+		{"Schema", "must not be blank", &console.Config{Pool: pool, Schema: " "}},
+		{"Outbox", `works on schema "elsewhere", the console on "stagehand"`, &console.Config{Pool: pool, Outbox: other}},
+		{"Tenant", "", &console.Config{Pool: pool, Tenant: &bad}},
+		{"Authorize", "is required when Actions is set", &console.Config{Pool: pool, Actions: true}},
+		{"Authorize", "is required when AuthenticateReads is set", &console.Config{Pool: pool, AuthenticateReads: true}},
+		{"CSRFKey", "must be at least 32 bytes (5 given)", &console.Config{Pool: pool, CSRFKey: []byte("short")}},
+		{"Prefix", "must start with '/'", &console.Config{Pool: pool, Prefix: "console/"}},
+		{"Title", "without control characters", &console.Config{Pool: pool, Title: "a\nb"}},
+		{"PageSize", "must be between 1 and 500", &console.Config{Pool: pool, PageSize: 501}},
+		{"PageSize", "must be between 1 and 500", &console.Config{Pool: pool, PageSize: -1}},
+		{"MaxPayload", "must be between 1024 and 16777216", &console.Config{Pool: pool, MaxPayload: 10}},
+		{"SampleInterval", "must be at least 1s", &console.Config{Pool: pool, SampleInterval: time.Millisecond}},
+		{"SampleInterval", "must be at most 1h0m0s", &console.Config{Pool: pool, SampleInterval: 2 * time.Hour}},
+		{"History", "must be at least SampleInterval",
+			&console.Config{Pool: pool, SampleInterval: time.Minute, History: time.Second}},
+		{"History", "holds more than 10000 samples",
+			&console.Config{Pool: pool, SampleInterval: time.Second, History: 3 * time.Hour}},
+		{"IdleSampleInterval", "must be at least SampleInterval",
+			&console.Config{Pool: pool, SampleInterval: time.Minute, IdleSampleInterval: time.Second}},
+		{"IdleSampleInterval", "must be at most 1h0m0s", &console.Config{Pool: pool, IdleSampleInterval: 2 * time.Hour}},
+		{"Retention", "must be at least 1h0m0s", &console.Config{Pool: pool, Retention: time.Minute}},
+		{"Retention", "must be at most 9600h0m0s", &console.Config{Pool: pool, Retention: 500 * 24 * time.Hour}},
+		{"Challenge", "must not hold a line break", &console.Config{Pool: pool, Challenge: "Basic\r\nSet-Cookie: x"}},
+		{"Health", "cannot be given to a console scoped to a tenant",
+			&console.Config{Pool: pool, Tenant: new(string), Health: checker}},
 	} {
-		_, err := console.New(cfg)
+		_, err := console.New(tc.cfg)
 		var ce *stagehand.ConfigError
-		require.ErrorAs(t, err, &ce, field)
-		require.Equal(t, "console", ce.Package, field)
-		require.Equal(t, field, ce.Field, "%s: %v", field, err)
+		require.ErrorAs(t, err, &ce, tc.field)
+		require.Equal(t, "console", ce.Package, tc.field)
+		require.Equal(t, tc.field, ce.Field, "%s: %v", tc.field, err)
+		require.Contains(t, ce.Reason, tc.reason, tc.field)
 		require.ErrorIs(t, err, console.ErrInvalidConfig)
 	}
-	_, err = console.New(&console.Config{Pool: pool, AuthenticateReads: true})
-	require.ErrorContains(t, err, "Authorize")
 	migrated, schema := pgtest.Migrated(t)
 	c, err := console.New(&console.Config{Pool: migrated, Schema: schema})
 	require.NoError(t, err, "every other field has a default")

@@ -144,7 +144,7 @@ func (s *PostgresStore) backendPIDs(ctx context.Context) bool {
 	}
 	defer conn.Release()
 	var pid int32
-	if err := conn.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&pid); err != nil {
+	if err := conn.QueryRow(ctx, s.q.backendPID.SQL).Scan(&pid); err != nil {
 		return false
 	}
 	if uint32(pid) == conn.Conn().PgConn().PID() {
@@ -164,8 +164,7 @@ func (s *PostgresStore) countEvents(ctx context.Context, ids []uuid.UUID) (int, 
 	var err error
 	for range 3 {
 		var n int
-		err = s.pool.QueryRow(ctx, `SELECT count(*) FROM `+s.t.events+` WHERE event_id = ANY($1::uuid[])`, ids).
-			Scan(&n)
+		err = s.pool.QueryRow(ctx, s.q.countEvents.SQL, s.q.countEvents.Args(&param{IDs: ids})...).Scan(&n)
 		if err == nil {
 			return n, nil
 		}
@@ -180,8 +179,8 @@ func (s *PostgresStore) countEvents(ctx context.Context, ids []uuid.UUID) (int, 
 func (s *PostgresStore) waitForBackend(ctx context.Context, pid uint32) bool {
 	for {
 		var alive bool
-		err := s.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE pid = $1)`,
-			int32(pid)).Scan(&alive)
+		q := s.q.backendAlive
+		err := s.pool.QueryRow(ctx, q.SQL, q.Args(&param{PID: int32(pid)})...).Scan(&alive)
 		if err == nil && !alive {
 			return true
 		}
@@ -197,8 +196,8 @@ func (s *PostgresStore) waitForBackend(ctx context.Context, pid uint32) bool {
 func (s *PostgresStore) committedResult(ctx context.Context, req AppendRequest, ids []uuid.UUID) (
 	AppendResult, error) {
 	var first int64
-	if err := s.pool.QueryRow(ctx, `SELECT min(version) FROM `+s.t.events+` WHERE event_id = ANY($1::uuid[])`,
-		ids).Scan(&first); err != nil {
+	q := s.q.firstVersion
+	if err := s.pool.QueryRow(ctx, q.SQL, q.Args(&param{IDs: ids})...).Scan(&first); err != nil {
 		return AppendResult{}, err
 	}
 	recs, err := s.readStream(ctx, s.pool, req.Tenant, req.StreamID, first, 0)

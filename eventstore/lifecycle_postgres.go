@@ -60,23 +60,16 @@ func (s *PostgresStore) Lifecycle(ctx context.Context, tenant, streamID string) 
 		Version: info.Version}, nil
 }
 
-const lifecycleColumns = `stream_type, state, version, first_position, last_position, marker_position, events,
-	coalesce(archived_at, 'epoch'), coalesce(archived_by, ''), coalesce(deleted_at, 'epoch'),
-	coalesce(deleted_by, ''), coalesce(reason, '')`
-
 // readLifecycle reads a stream's lifecycle row through db (locking it when forUpdate); found is false when the
 // stream has none (it is active, or does not exist).
 func (s *PostgresStore) readLifecycle(ctx context.Context, db dbtx, tenant, streamID string, forUpdate bool) (
 	StreamLifecycle, bool, error) {
 	lc := StreamLifecycle{Tenant: tenant, StreamID: streamID}
-	q := `SELECT ` + lifecycleColumns + ` FROM ` + s.t.lifecycle + ` WHERE tenant_id = $1 AND stream_id = $2`
-	if forUpdate {
-		q += ` FOR UPDATE`
-	}
+	q := s.q.readLifecycle[b2i(forUpdate)]
 	var state string
-	err := db.QueryRow(ctx, q, tenant, streamID).Scan(&lc.StreamType, &state, &lc.Version, &lc.FirstPosition,
-		&lc.LastPosition, &lc.MarkerPosition, &lc.Events, &lc.ArchivedAt, &lc.ArchivedBy, &lc.DeletedAt,
-		&lc.DeletedBy, &lc.Reason)
+	err := db.QueryRow(ctx, q.SQL, q.Args(&param{Tenant: tenant, StreamID: streamID})...).Scan(&lc.StreamType,
+		&state, &lc.Version, &lc.FirstPosition, &lc.LastPosition, &lc.MarkerPosition, &lc.Events, &lc.ArchivedAt,
+		&lc.ArchivedBy, &lc.DeletedAt, &lc.DeletedBy, &lc.Reason)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return lc, false, nil
 	}
@@ -106,9 +99,13 @@ func (s *PostgresStore) lifecycleConflict(ctx context.Context, db dbtx, req Appe
 	return lifecycleError(lc)
 }
 
-// lifecycleLock is the transaction-level advisory lock that serialises the lifecycle operations of one stream.
-const lifecycleLock = `SELECT pg_advisory_xact_lock(hashtextextended('stagehand.lifecycle:' || $1 || ':' || $2 ||
-	':' || $3, 0))`
+// lockLifecycle takes, on tx, the transaction-level advisory lock that serialises the lifecycle operations of one
+// stream.
+func (s *PostgresStore) lockLifecycle(ctx context.Context, tx pgx.Tx, tenant, streamID string) error {
+	q := s.q.lifecycleLock
+	_, err := tx.Exec(ctx, q.SQL, q.Args(&param{Schema: s.cfg.Schema, Tenant: tenant, StreamID: streamID})...)
+	return err
+}
 
 // lifecycleOp runs ArchiveStream (to StreamArchiving) or DeleteStream (to StreamDeleting).
 func (s *PostgresStore) lifecycleOp(ctx context.Context, req LifecycleRequest, to StreamState) (StreamLifecycle,
@@ -133,7 +130,7 @@ func (s *PostgresStore) lifecycleMark(ctx context.Context, req LifecycleRequest,
 		return StreamLifecycle{}, fmt.Errorf("eventstore: %s stream %q: begin: %w", op, req.StreamID, err)
 	}
 	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
-	if _, err := tx.Exec(ctx, lifecycleLock, s.cfg.Schema, req.Tenant, req.StreamID); err != nil {
+	if err := s.lockLifecycle(ctx, tx, req.Tenant, req.StreamID); err != nil {
 		return StreamLifecycle{}, fmt.Errorf("eventstore: %s stream %q: lock: %w", op, req.StreamID, err)
 	}
 	lc, found, err := s.readLifecycle(ctx, tx, req.Tenant, req.StreamID, true)
@@ -159,31 +156,23 @@ func (s *PostgresStore) lifecycleMark(ctx context.Context, req LifecycleRequest,
 	// The head is closed whatever the layout this store last read: a table being converted to partitions has its
 	// heads recorded already (and the conversion closes those of streams archived before it copied them), and on a
 	// table that is not partitioned there is no head to close.
-	if _, err := tx.Exec(ctx, `UPDATE `+s.t.streams+` SET closed = true WHERE tenant_id = $1 AND stream_id = $2`,
-		req.Tenant, req.StreamID); err != nil {
+	stream := param{Tenant: req.Tenant, StreamID: req.StreamID}
+	if _, err := tx.Exec(ctx, s.q.closeHead.SQL, s.q.closeHead.Args(&stream)...); err != nil {
 		return lc, fmt.Errorf("eventstore: %s stream %q: close its head: %w", op, req.StreamID, err)
 	}
-	actor := any(nilIfBlank(req.Actor))
+	rec := param{Tenant: req.Tenant, StreamID: req.StreamID, StreamType: streamType, Version: version - 1,
+		MarkerPosition: pos, Actor: nilIfBlank(req.Actor)}
 	if !found {
 		lc = StreamLifecycle{Tenant: req.Tenant, StreamID: req.StreamID, StreamType: streamType, Version: version - 1}
 	}
 	var at time.Time
 	if to == StreamArchiving {
-		err = tx.QueryRow(ctx, `INSERT INTO `+s.t.lifecycle+` (tenant_id, stream_id, stream_type, state, version,
-				first_position, last_position, marker_position, archived_at, archived_by, reason)
-			VALUES ($1, $2, $3, 'archiving', $4, 0, 0, $5, now(), coalesce($6, session_user), $7)
-			RETURNING archived_at, archived_by`, req.Tenant, req.StreamID, streamType, version-1, pos, actor,
-			nilIfBlank(req.Reason)).Scan(&at, &lc.ArchivedBy)
+		rec.Reason = nilIfBlank(req.Reason)
+		err = tx.QueryRow(ctx, s.q.recordArchiving.SQL, s.q.recordArchiving.Args(&rec)...).Scan(&at, &lc.ArchivedBy)
 		lc.ArchivedAt = at.UTC()
 	} else {
-		err = tx.QueryRow(ctx, `INSERT INTO `+s.t.lifecycle+` AS l (tenant_id, stream_id, stream_type, state,
-				version, first_position, last_position, marker_position, deleted_at, deleted_by, reason)
-			VALUES ($1, $2, $3, 'deleting', $4, 0, 0, $5, now(), coalesce($6, session_user), $7)
-			ON CONFLICT (tenant_id, stream_id) DO UPDATE SET state = 'deleting', marker_position = EXCLUDED.marker_position,
-				deleted_at = EXCLUDED.deleted_at, deleted_by = EXCLUDED.deleted_by, reason = EXCLUDED.reason,
-				updated_at = now()
-			RETURNING deleted_at, deleted_by`, req.Tenant, req.StreamID, streamType, version-1, pos, actor,
-			req.Reason).Scan(&at, &lc.DeletedBy)
+		rec.Reason = req.Reason
+		err = tx.QueryRow(ctx, s.q.recordDeleting.SQL, s.q.recordDeleting.Args(&rec)...).Scan(&at, &lc.DeletedBy)
 		lc.DeletedAt, lc.Reason = at.UTC(), req.Reason
 	}
 	if err != nil {
@@ -207,17 +196,7 @@ func (s *PostgresStore) appendMarker(ctx context.Context, tx pgx.Tx, req Lifecyc
 	if err != nil {
 		return 0, 0, "", err
 	}
-	last := `SELECT stream_type, version FROM ` + s.t.events + ` WHERE tenant_id = $1 AND stream_id = $2
-		ORDER BY version DESC LIMIT 1`
-	if lay.partitioned {
-		last = `SELECT e.stream_type, e.version FROM ` + s.t.events + ` e JOIN ` + s.t.streams + ` h
-			ON h.tenant_id = e.tenant_id AND h.stream_id = e.stream_id AND h.last_position = e.position
-			WHERE e.tenant_id = $1 AND e.stream_id = $2`
-	}
-	insert := `INSERT INTO ` + s.t.events + ` (tenant_id, stream_id, stream_type, version, event_id, event_type,
-			payload, event_version, metadata, occurred_at)
-		SELECT $1, $2, l.stream_type, l.version + 1, $3, $4, '{}', 1, '{}', now() FROM (` + last + `) l
-		RETURNING position, version, stream_type`
+	insert := s.q.appendMarker[b2i(lay.partitioned)] // after the stream's last event, found by its head when partitioned
 	for attempt := 0; ; attempt++ {
 		id, err := uuid.NewV7()
 		if err != nil {
@@ -228,7 +207,8 @@ func (s *PostgresStore) appendMarker(ctx context.Context, tx pgx.Tx, req Lifecyc
 		}
 		var pos, version int64
 		var streamType string
-		err = tx.QueryRow(ctx, insert, req.Tenant, req.StreamID, id, marker).Scan(&pos, &version, &streamType)
+		err = tx.QueryRow(ctx, insert.SQL, insert.Args(&param{Tenant: req.Tenant, StreamID: req.StreamID, MarkerID: id,
+			MarkerType: marker})...).Scan(&pos, &version, &streamType)
 		if err == nil {
 			_, err = tx.Exec(ctx, `RELEASE SAVEPOINT stagehand_marker`)
 			return pos, version, streamType, err
@@ -270,17 +250,15 @@ func (s *PostgresStore) moveWhenSafe(ctx context.Context, lc StreamLifecycle) (S
 // lifecycleWait. It returns how many remained when it gave up.
 func (s *PostgresStore) waitForOlderTransactions(ctx context.Context) (int, error) {
 	var since time.Time
-	if err := s.pool.QueryRow(ctx, `SELECT clock_timestamp()`).Scan(&since); err != nil {
+	if err := s.pool.QueryRow(ctx, s.q.clock.SQL).Scan(&since); err != nil {
 		return 0, fmt.Errorf("read the clock: %w", err)
 	}
 	deadline := time.Now().Add(lifecycleWait)
 	pause := time.Millisecond
 	for {
 		var n int
-		if err := s.pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE pid <> pg_backend_pid()
-			AND datid = (SELECT oid FROM pg_database WHERE datname = current_database())
-			AND backend_type = 'client backend' AND xact_start < $1
-			AND (backend_xmin IS NOT NULL OR backend_xid IS NOT NULL)`, since).Scan(&n); err != nil {
+		q := s.q.olderTransactions
+		if err := s.pool.QueryRow(ctx, q.SQL, q.Args(&param{Since: since})...).Scan(&n); err != nil {
 			return 0, fmt.Errorf("list the open transactions: %w", err)
 		}
 		if n == 0 {
@@ -305,7 +283,7 @@ func (s *PostgresStore) move(ctx context.Context, lc StreamLifecycle) (StreamLif
 		return lc, fmt.Errorf("eventstore: move the events of stream %q: begin: %w", lc.StreamID, err)
 	}
 	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
-	if _, err := tx.Exec(ctx, lifecycleLock, s.cfg.Schema, lc.Tenant, lc.StreamID); err != nil {
+	if err := s.lockLifecycle(ctx, tx, lc.Tenant, lc.StreamID); err != nil {
 		return lc, fmt.Errorf("eventstore: move the events of stream %q: lock: %w", lc.StreamID, err)
 	}
 	cur, found, err := s.readLifecycle(ctx, tx, lc.Tenant, lc.StreamID, true)
@@ -315,37 +293,26 @@ func (s *PostgresStore) move(ctx context.Context, lc StreamLifecycle) (StreamLif
 	if !found || cur.State.Done() {
 		return cur, nil // finished meanwhile by another call
 	}
-	data := `payload, metadata`
-	if cur.State == StreamDeleting {
-		data = `NULL::jsonb, NULL::jsonb`
-		if _, err := tx.Exec(ctx, `UPDATE `+s.t.streamArchive+` SET payload = NULL, metadata = NULL
-			WHERE tenant_id = $1 AND stream_id = $2`, lc.Tenant, lc.StreamID); err != nil {
+	deleting := cur.State == StreamDeleting
+	stream := param{Tenant: lc.Tenant, StreamID: lc.StreamID, MarkerPrefix: LifecycleTypePrefix}
+	if deleting {
+		if _, err := tx.Exec(ctx, s.q.eraseArchived.SQL, s.q.eraseArchived.Args(&stream)...); err != nil {
 			return lc, fmt.Errorf("eventstore: delete the archived events of stream %q: %w", lc.StreamID, err)
 		}
-		if _, err := tx.Exec(ctx, `DELETE FROM `+s.t.snapshots+` WHERE tenant_id = $1 AND stream_id = $2`,
-			lc.Tenant, lc.StreamID); err != nil {
+		if _, err := tx.Exec(ctx, s.q.deleteSnapshot.SQL, s.q.deleteSnapshot.Args(&stream)...); err != nil {
 			return lc, fmt.Errorf("eventstore: delete the snapshot of stream %q: %w", lc.StreamID, err)
 		}
 	}
-	if _, err := tx.Exec(ctx, `WITH moved AS (DELETE FROM `+s.t.events+`
-			WHERE tenant_id = $1 AND stream_id = $2 AND NOT starts_with(event_type, $3)
-			RETURNING position, tenant_id, stream_id, stream_type, version, event_id, event_type, event_version,
-				payload, metadata, occurred_at, recorded_at)
-		INSERT INTO `+s.t.streamArchive+` (position, tenant_id, stream_id, stream_type, version, event_id, event_type,
-			event_version, payload, metadata, occurred_at, recorded_at)
-		SELECT position, tenant_id, stream_id, stream_type, version, event_id, event_type, event_version, `+data+`,
-			occurred_at, recorded_at FROM moved`, lc.Tenant, lc.StreamID, LifecycleTypePrefix); err != nil {
+	move := s.q.moveEvents[b2i(deleting)] // a deleted stream's events lose their payload and metadata
+	if _, err := tx.Exec(ctx, move.SQL, move.Args(&stream)...); err != nil {
 		return lc, fmt.Errorf("eventstore: move the events of stream %q: %w", lc.StreamID, err)
 	}
 	done := StreamArchived
-	if cur.State == StreamDeleting {
+	if deleting {
 		done = StreamDeleted
 	}
-	if _, err := tx.Exec(ctx, `UPDATE `+s.t.lifecycle+` l SET state = $3, events = a.n,
-			first_position = a.first, last_position = a.last, updated_at = now()
-		FROM (SELECT count(*) AS n, coalesce(min(position), 0) AS first, coalesce(max(position), 0) AS last
-			FROM `+s.t.streamArchive+` WHERE tenant_id = $1 AND stream_id = $2) a
-		WHERE l.tenant_id = $1 AND l.stream_id = $2`, lc.Tenant, lc.StreamID, string(done)); err != nil {
+	stream.State = string(done)
+	if _, err := tx.Exec(ctx, s.q.recordMoved.SQL, s.q.recordMoved.Args(&stream)...); err != nil {
 		return lc, fmt.Errorf("eventstore: record the lifecycle of stream %q: %w", lc.StreamID, err)
 	}
 	cur, _, err = s.readLifecycle(ctx, tx, lc.Tenant, lc.StreamID, false)
@@ -386,10 +353,9 @@ func (s *PostgresStore) readMoved(ctx context.Context, db dbtx, tenant, streamID
 	if limit > 0 {
 		lim = &limit
 	}
-	rows, err := db.Query(ctx, `SELECT position, stream_type, version, event_id, event_type, event_version, payload,
-			metadata, occurred_at, recorded_at, payload IS NULL
-		FROM `+s.t.streamArchive+` WHERE tenant_id = $1 AND stream_id = $2 AND version >= $3 ORDER BY version
-		LIMIT $4`, tenant, streamID, first, lim)
+	q := s.q.readArchive
+	rows, err := db.Query(ctx, q.SQL, q.Args(&param{Tenant: tenant, StreamID: streamID, FromVersion: first,
+		Limit: lim})...)
 	if err != nil {
 		return nil, fmt.Errorf("eventstore: read the archive of stream %q: %w", streamID, err)
 	}
@@ -432,12 +398,9 @@ func (s *PostgresStore) movedStream(ctx context.Context, tenant, streamID string
 	}
 	info.StreamType, info.Version, info.State = lc.StreamType, lc.Version, lc.State
 	// The first and the last event, wherever they are (the events table while archiving, the archive after).
-	err = s.pool.QueryRow(ctx, `SELECT
-			coalesce((SELECT recorded_at FROM `+s.t.events+` WHERE tenant_id = $1 AND stream_id = $2 AND version = 1),
-				(SELECT recorded_at FROM `+s.t.streamArchive+` WHERE tenant_id = $1 AND stream_id = $2 AND version = 1)),
-			coalesce((SELECT recorded_at FROM `+s.t.events+` WHERE tenant_id = $1 AND stream_id = $2 AND version = $3),
-				(SELECT recorded_at FROM `+s.t.streamArchive+` WHERE tenant_id = $1 AND stream_id = $2 AND version = $3))`,
-		tenant, streamID, lc.Version).Scan(&info.CreatedAt, &info.UpdatedAt)
+	q := s.q.movedStreamTimes
+	err = s.pool.QueryRow(ctx, q.SQL, q.Args(&param{Tenant: tenant, StreamID: streamID, Version: lc.Version})...).
+		Scan(&info.CreatedAt, &info.UpdatedAt)
 	if err != nil {
 		return info, fmt.Errorf("eventstore: stream %q: %w", streamID, err)
 	}

@@ -109,10 +109,14 @@ type Partitions struct {
 	pool *pgxpool.Pool
 	cfg  PartitionConfig
 	t    partitionTables
+	// idents are the identifier markers of sql/partitions.sql: the schema and its tables, quoted.
+	idents map[string]string
+	// q are the statements that take parameters, written out for the schema.
+	q partitionSQL
 }
 
 type partitionTables struct {
-	events, seq, streams, ids, archives, snapshots, checkpoints, watermarks, projectionParked, stagingParked, lifecycle string
+	events, streams string
 }
 
 // NewPartitions returns the partition operations of the store in cfg.Schema on pool. It does not touch the
@@ -126,12 +130,18 @@ func NewPartitions(pool *pgxpool.Pool, cfg *PartitionConfig) (*Partitions, error
 		return nil, err
 	}
 	q := func(name string) string { return pgx.Identifier{c.Schema, name}.Sanitize() }
-	return &Partitions{pool: pool, cfg: c, t: partitionTables{
-		events: q("events"), seq: q("events_position_seq"), streams: q("event_streams"), ids: q("event_ids"),
-		archives: q("event_archives"), snapshots: q("snapshots"), checkpoints: q("checkpoints"),
-		watermarks: q("outbox_watermarks"), projectionParked: q("projection_parked"),
-		stagingParked: q("staging_parked"), lifecycle: q("stream_lifecycle"),
-	}}, nil
+	p := &Partitions{pool: pool, cfg: c, t: partitionTables{events: q("events"), streams: q("event_streams")},
+		idents: map[string]string{
+			"schema": pgx.Identifier{c.Schema}.Sanitize(), "events": q("events"), "seq": q("events_position_seq"),
+			"streams": q("event_streams"), "ids": q("event_ids"), "archives": q("event_archives"),
+			"snapshots": q("snapshots"), "checkpoints": q("checkpoints"), "watermarks": q("outbox_watermarks"),
+			"projection_parked": q("projection_parked"), "staging_parked": q("staging_parked"),
+			"lifecycle": q("stream_lifecycle"),
+		}}
+	if p.q, err = newPartitionSQL(p.idents); err != nil {
+		return nil, err
+	}
+	return p, nil
 }
 
 // PartitionState says where a partition's events are.
@@ -211,9 +221,8 @@ var boundExpr = regexp.MustCompile(`FROM \((MINVALUE|'?(-?\d+)'?)\) TO \((MAXVAL
 func (p *Partitions) status(ctx context.Context, db querier) (PartitionStatus, error) {
 	var st PartitionStatus
 	var kind *string
-	if err := db.QueryRow(ctx, `SELECT (SELECT relkind::text FROM pg_class WHERE oid = to_regclass($1)),
-			(SELECT CASE WHEN is_called THEN last_value ELSE last_value - 1 END FROM `+p.t.seq+`)`, p.t.events).
-		Scan(&kind, &st.Drawn); err != nil {
+	args := &partParam{Schema: p.cfg.Schema, EventsTable: p.t.events}
+	if err := db.QueryRow(ctx, p.q.tableKind.SQL, p.q.tableKind.Args(args)...).Scan(&kind, &st.Drawn); err != nil {
 		return st, fmt.Errorf("eventstore: partitions of %s (did you run stagehand.Migrate?): %w", p.t.events, err)
 	}
 	if kind == nil {
@@ -223,9 +232,7 @@ func (p *Partitions) status(ctx context.Context, db querier) (PartitionStatus, e
 	if !st.Partitioned {
 		return st, nil
 	}
-	rows, err := db.Query(ctx, `SELECT c.relname::text, pg_get_expr(c.relpartbound, c.oid), i.inhdetachpending,
-			greatest(c.reltuples, 0)::bigint, pg_total_relation_size(c.oid)
-		FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid WHERE i.inhparent = to_regclass($1)`, p.t.events)
+	rows, err := db.Query(ctx, p.q.listAttached.SQL, p.q.listAttached.Args(args)...)
 	if err != nil {
 		return st, fmt.Errorf("eventstore: list partitions: %w", err)
 	}
@@ -261,10 +268,7 @@ func (p *Partitions) status(ctx context.Context, db querier) (PartitionStatus, e
 	for _, part := range st.Attached {
 		st.End = max(st.End, part.To)
 	}
-	rows, err = db.Query(ctx, `SELECT a.partition, a.from_position, a.to_position, a.events, a.state,
-			coalesce(a.archive_schema, ''), a.archived_at,
-			coalesce(pg_total_relation_size(to_regclass(format('%I.%I', coalesce(a.archive_schema, $1), a.partition))), 0)
-		FROM `+p.t.archives+` a ORDER BY a.from_position`, p.cfg.Schema)
+	rows, err = db.Query(ctx, p.q.listArchived.SQL, p.q.listArchived.Args(args)...)
 	if err != nil {
 		return st, fmt.Errorf("eventstore: list archived partitions: %w", err)
 	}
@@ -307,8 +311,7 @@ func (p *Partitions) lock(ctx context.Context) (*session, error) {
 	if err != nil {
 		return nil, fmt.Errorf("eventstore: partitions: acquire a connection: %w", err)
 	}
-	if _, err := conn.Exec(ctx, `SELECT pg_advisory_lock(hashtextextended('stagehand.partitions:' || $1, 0))`,
-		p.cfg.Schema); err != nil {
+	if _, err := conn.Exec(ctx, p.q.lock.SQL, p.q.lock.Args(&partParam{Schema: p.cfg.Schema})...); err != nil {
 		conn.Release()
 		return nil, fmt.Errorf("eventstore: partitions: take the schema's partition lock: %w", err)
 	}
@@ -318,8 +321,8 @@ func (p *Partitions) lock(ctx context.Context) (*session, error) {
 func (s *session) release() {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if _, err := s.conn.Exec(ctx, `SELECT pg_advisory_unlock(hashtextextended('stagehand.partitions:' || $1, 0))`,
-		s.p.cfg.Schema); err != nil {
+	unlock := s.p.q.unlock
+	if _, err := s.conn.Exec(ctx, unlock.SQL, unlock.Args(&partParam{Schema: s.p.cfg.Schema})...); err != nil {
 		// The lock ends with the session: close it rather than return it to the pool holding the lock.
 		_ = s.conn.Conn().Close(ctx)
 	}

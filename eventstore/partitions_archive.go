@@ -111,21 +111,21 @@ func (p *Partitions) Archive(ctx context.Context, req ArchiveRequest) (ArchiveRe
 			return res, err
 		}
 		res.Check = time.Since(t0)
-		if _, err := s.conn.Exec(ctx, `INSERT INTO `+p.t.archives+` (partition, from_position, to_position, events,
-				state) VALUES ($1, $2, $3, $4, 'detaching')
-			ON CONFLICT (partition) DO UPDATE SET state = 'detaching', archived_at = now()`,
-			part.Name, part.From, part.To, part.Events); err != nil {
+		rec := p.q.recordDetaching
+		if _, err := s.conn.Exec(ctx, rec.SQL, rec.Args(&partParam{Partition: part.Name, FromPosition: part.From,
+			ToPosition: part.To, Events: part.Events})...); err != nil {
 			return res, fmt.Errorf("eventstore: archive: record %s: %w", part.Name, err)
 		}
 	}
-	partQ := pgx.Identifier{p.cfg.Schema, part.Name}.Sanitize()
+	idents := p.partitionIdents(part.Name)
+	idents["archive_schema"] = pgx.Identifier{req.ArchiveSchema}.Sanitize()
 	t0 := time.Now()
 	switch {
 	case part.State == PartitionDetaching && attached(st, part.Name):
 		// A DETACH CONCURRENTLY that was interrupted after its first transaction.
-		err = s.execLocked(ctx, `ALTER TABLE `+p.t.events+` DETACH PARTITION `+partQ+` FINALIZE`)
+		err = s.execNamed(ctx, "detach_finalize", nil, idents, true)
 	case part.State == PartitionAttached:
-		err = s.execLocked(ctx, `ALTER TABLE `+p.t.events+` DETACH PARTITION `+partQ+` CONCURRENTLY`)
+		err = s.execNamed(ctx, "detach", nil, idents, true)
 	}
 	if err != nil {
 		return res, fmt.Errorf("eventstore: archive: detach %s (run the archive again to finish it): %w", part.Name, err)
@@ -135,31 +135,35 @@ func (p *Partitions) Archive(ctx context.Context, req ArchiveRequest) (ArchiveRe
 		"partition", part.Name, "took", res.Detach)
 
 	var events int64
-	if err := s.conn.QueryRow(ctx, `SELECT count(*) FROM `+partQ).Scan(&events); err != nil {
+	count, err := ddl("count_partition", nil, idents)
+	if err == nil {
+		err = s.conn.QueryRow(ctx, count).Scan(&events)
+	}
+	if err != nil {
 		return res, fmt.Errorf("eventstore: archive: count %s: %w", part.Name, err)
 	}
-	if _, err := s.conn.Exec(ctx, `DELETE FROM `+p.t.ids+` i USING `+partQ+` d WHERE i.event_id = d.event_id`); err != nil {
+	if err := s.execNamed(ctx, "remove_partition_ids", nil, idents, false); err != nil {
 		return res, fmt.Errorf("eventstore: archive: remove the event IDs of %s: %w", part.Name, err)
 	}
 	state, schema := PartitionDetached, ""
 	switch req.Disposition {
 	case ArchiveMove:
-		archQ := pgx.Identifier{req.ArchiveSchema}.Sanitize()
-		if _, err := s.conn.Exec(ctx, `CREATE SCHEMA IF NOT EXISTS `+archQ); err != nil {
+		if err := s.execNamed(ctx, "create_archive_schema", nil, idents, false); err != nil {
 			return res, fmt.Errorf("eventstore: archive: create schema %q: %w", req.ArchiveSchema, err)
 		}
-		if err := s.execLocked(ctx, `ALTER TABLE `+partQ+` SET SCHEMA `+archQ); err != nil {
+		if err := s.execNamed(ctx, "move_partition", nil, idents, true); err != nil {
 			return res, fmt.Errorf("eventstore: archive: move %s to %q: %w", part.Name, req.ArchiveSchema, err)
 		}
 		state, schema = PartitionMoved, req.ArchiveSchema
 	case ArchiveDrop:
-		if err := s.execLocked(ctx, `DROP TABLE `+partQ); err != nil {
+		if err := s.execNamed(ctx, "drop_partition", nil, idents, true); err != nil {
 			return res, fmt.Errorf("eventstore: archive: drop %s: %w", part.Name, err)
 		}
 		state = PartitionDropped
 	}
-	if _, err := s.conn.Exec(ctx, `UPDATE `+p.t.archives+` SET state = $2, events = $3, archive_schema = $4
-		WHERE partition = $1`, part.Name, string(state), events, nilIfBlank(schema)); err != nil {
+	rec := p.q.recordArchived
+	if _, err := s.conn.Exec(ctx, rec.SQL, rec.Args(&partParam{Partition: part.Name, State: string(state),
+		Events: events, ArchiveSchema: nilIfBlank(schema)})...); err != nil {
 		return res, fmt.Errorf("eventstore: archive: record %s: %w", part.Name, err)
 	}
 	part.State, part.Events, part.ArchiveSchema, part.ArchivedAt = state, events, schema, time.Now().UTC()
@@ -190,8 +194,8 @@ func (s *session) check(ctx context.Context, st PartitionStatus, part Partition,
 	if len(st.Attached) < 2 {
 		reasons = append(reasons, "it is the only attached partition")
 	}
-	rows, err := s.conn.Query(ctx, `SELECT name, kind, position, reset_requested FROM `+p.t.checkpoints+`
-		WHERE position < $1 OR reset_requested ORDER BY name`, last)
+	behind := &partParam{Last: last, FromPosition: part.From, ToPosition: part.To}
+	rows, err := s.conn.Query(ctx, p.q.followersBehind.SQL, p.q.followersBehind.Args(behind)...)
 	if err != nil {
 		return 0, fmt.Errorf("eventstore: archive: read the log followers' checkpoints: %w", err)
 	}
@@ -215,8 +219,7 @@ func (s *session) check(ctx context.Context, st PartitionStatus, part Partition,
 	if err := rows.Err(); err != nil {
 		return 0, fmt.Errorf("eventstore: archive: read the log followers' checkpoints: %w", err)
 	}
-	rows, err = s.conn.Query(ctx, `SELECT name, position FROM `+p.t.watermarks+` WHERE position < $1 ORDER BY name`,
-		last)
+	rows, err = s.conn.Query(ctx, p.q.watermarksBehind.SQL, p.q.watermarksBehind.Args(behind)...)
 	if err != nil {
 		return 0, fmt.Errorf("eventstore: archive: read the outbox watermarks: %w", err)
 	}
@@ -234,9 +237,7 @@ func (s *session) check(ctx context.Context, st PartitionStatus, part Partition,
 		return 0, fmt.Errorf("eventstore: archive: read the outbox watermarks: %w", err)
 	}
 	var projParked, stagingParked int64
-	if err := s.conn.QueryRow(ctx, `SELECT (SELECT count(*) FROM `+p.t.projectionParked+`
-			WHERE position >= $1 AND position < $2),
-		(SELECT count(*) FROM `+p.t.stagingParked+` WHERE position >= $1 AND position < $2)`, part.From, part.To).
+	if err := s.conn.QueryRow(ctx, p.q.parkedIn.SQL, p.q.parkedIn.Args(behind)...).
 		Scan(&projParked, &stagingParked); err != nil {
 		return 0, fmt.Errorf("eventstore: archive: count parked events: %w", err)
 	}
@@ -248,19 +249,22 @@ func (s *session) check(ctx context.Context, st PartitionStatus, part Partition,
 		reasons = append(reasons, fmt.Sprintf("%d events parked by staging workers are in it (replay or discard "+
 			"them)", stagingParked))
 	}
-	partQ := pgx.Identifier{p.cfg.Schema, part.Name}.Sanitize()
-	uncoveredSQL := `FROM (SELECT tenant_id, stream_id, max(version) AS v FROM ` + partQ + `
-			GROUP BY tenant_id, stream_id) e
-		WHERE NOT EXISTS (SELECT 1 FROM ` + p.t.snapshots + ` s
-			WHERE s.tenant_id = e.tenant_id AND s.stream_id = e.stream_id AND s.version > e.v)`
+	idents := p.partitionIdents(part.Name)
 	var uncovered int64
-	if err := s.conn.QueryRow(ctx, `SELECT count(*) `+uncoveredSQL).Scan(&uncovered); err != nil {
+	count, err := ddl("count_uncovered", nil, idents)
+	if err == nil {
+		err = s.conn.QueryRow(ctx, count).Scan(&uncovered)
+	}
+	if err != nil {
 		return 0, fmt.Errorf("eventstore: archive: find the streams no snapshot covers: %w", err)
 	}
 	if uncovered > 0 && !allowUncovered {
 		var examples []string
-		if err := s.conn.QueryRow(ctx, `SELECT coalesce(array_agg(x), '{}') FROM (SELECT format('%s (tenant %s)',
-				e.stream_id, e.tenant_id) AS x `+uncoveredSQL+` LIMIT 3) ex`).Scan(&examples); err != nil {
+		list, err := ddl("uncovered_examples", nil, idents)
+		if err == nil {
+			err = s.conn.QueryRow(ctx, list).Scan(&examples)
+		}
+		if err != nil {
 			return 0, fmt.Errorf("eventstore: archive: find the streams no snapshot covers: %w", err)
 		}
 		reasons = append(reasons, fmt.Sprintf("%d streams with events in it have no snapshot taken after them, "+
@@ -275,15 +279,15 @@ func (s *session) check(ctx context.Context, st PartitionStatus, part Partition,
 
 // archivedRange returns the archived positions [from, to), or (0, 0) when nothing is archived.
 func (s *PostgresStore) archivedRange(ctx context.Context, db dbtx) (int64, int64, error) {
-	return archivedRange(ctx, db, s.t.archives)
+	return archivedRange(ctx, db, s.q.archivedRange.SQL)
 }
 
+// archivedRange runs the statement archived_range (sql/partitions.sql), written out as stmt.
 func archivedRange(ctx context.Context, db interface {
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
-}, table string) (int64, int64, error) {
+}, stmt string) (int64, int64, error) {
 	var from, to int64
-	err := db.QueryRow(ctx, `SELECT coalesce(min(from_position), 0), coalesce(max(to_position), 0) FROM `+
-		table).Scan(&from, &to)
+	err := db.QueryRow(ctx, stmt).Scan(&from, &to)
 	if err != nil {
 		return 0, 0, fmt.Errorf("eventstore: read the archived ranges: %w", err)
 	}
@@ -300,7 +304,12 @@ func CheckLogFrom(ctx context.Context, db interface {
 	if reason := names.Schema(schema); reason != "" {
 		return &ConfigError{Package: "eventstore", Field: "schema", Reason: reason}
 	}
-	from, to, err := archivedRange(ctx, db, pgx.Identifier{schema, "event_archives"}.Sanitize())
+	stmt, err := ddl("archived_range", nil, map[string]string{
+		"archives": pgx.Identifier{schema, "event_archives"}.Sanitize()})
+	if err != nil {
+		return err
+	}
+	from, to, err := archivedRange(ctx, db, stmt)
 	if err != nil {
 		return err
 	}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // ConvertResult describes a conversion.
@@ -56,7 +57,8 @@ func (p *Partitions) Convert(ctx context.Context) (ConvertResult, error) {
 		return res, err
 	}
 	var migrated bool
-	if err := s.conn.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, p.t.streams).Scan(&migrated); err != nil {
+	args := &partParam{EventsTable: p.t.events, StreamsTable: p.t.streams}
+	if err := s.conn.QueryRow(ctx, p.q.migrated.SQL, p.q.migrated.Args(args)...).Scan(&migrated); err != nil {
 		return res, fmt.Errorf("eventstore: convert: %w", err)
 	}
 	if !migrated {
@@ -73,8 +75,8 @@ func (p *Partitions) Convert(ctx context.Context) (ConvertResult, error) {
 		return res, err
 	}
 	log := p.cfg.Logger.With("schema", p.cfg.Schema)
-	for _, f := range []string{trackFunctionSQL, checkFunctionSQL} {
-		if _, err := s.conn.Exec(ctx, functionSQL(f, p.cfg.Schema)); err != nil {
+	for _, f := range []string{"track_function", "check_function"} {
+		if err := s.execNamed(ctx, f, nil, p.idents, false); err != nil {
 			return res, fmt.Errorf("eventstore: convert: create the trigger functions: %w", err)
 		}
 	}
@@ -82,14 +84,11 @@ func (p *Partitions) Convert(ctx context.Context) (ConvertResult, error) {
 	// 1. Record what is appended from now on. CREATE TRIGGER waits for the appends in flight (and holds new ones
 	// for as long): bounded by the lock timeout.
 	var tracking bool
-	if err := s.conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_trigger WHERE tgrelid = to_regclass($1)
-			AND tgname = 'events_track_append')`, p.t.events).Scan(&tracking); err != nil {
+	if err := s.conn.QueryRow(ctx, p.q.tracking.SQL, p.q.tracking.Args(args)...).Scan(&tracking); err != nil {
 		return res, fmt.Errorf("eventstore: convert: %w", err)
 	}
 	if !tracking {
-		if err := s.execLocked(ctx, `CREATE TRIGGER events_track_append BEFORE INSERT ON `+p.t.events+
-			` FOR EACH ROW EXECUTE FUNCTION `+
-			pgx.Identifier{p.cfg.Schema, "events_track_append"}.Sanitize()+`()`); err != nil {
+		if err := s.execNamed(ctx, "create_track_trigger", nil, p.idents, true); err != nil {
 			return res, fmt.Errorf("eventstore: convert: install the recording trigger: %w", err)
 		}
 	}
@@ -98,13 +97,7 @@ func (p *Partitions) Convert(ctx context.Context) (ConvertResult, error) {
 	// 2. Copy the heads and IDs of the rows that were there before the trigger: every transaction that inserted
 	// without it had ended when CREATE TRIGGER got its lock, so this pass sees all of them.
 	t0 := time.Now()
-	tag, err := s.conn.Exec(ctx, `INSERT INTO `+p.t.streams+` AS h (tenant_id, stream_id, version, first_position,
-			last_position)
-		SELECT tenant_id, stream_id, max(version), min(position), max(position) FROM `+p.t.events+`
-		GROUP BY tenant_id, stream_id
-		ON CONFLICT (tenant_id, stream_id) DO UPDATE SET version = greatest(h.version, EXCLUDED.version),
-			first_position = least(h.first_position, EXCLUDED.first_position),
-			last_position = greatest(h.last_position, EXCLUDED.last_position)`)
+	tag, err := s.execDDL(ctx, "copy_heads", nil)
 	if err != nil {
 		return res, fmt.Errorf("eventstore: convert: copy stream heads: %w", err)
 	}
@@ -112,12 +105,10 @@ func (p *Partitions) Convert(ctx context.Context) (ConvertResult, error) {
 	// The heads of archived and deleted streams are closed, as the stream lifecycle closes them on a partitioned
 	// table: the closed head is what refuses appends to them there. A stream archived after this statement closes
 	// its own head (lifecycleMark), which the trigger has made by then.
-	if _, err := s.conn.Exec(ctx, `UPDATE `+p.t.streams+` h SET closed = true FROM `+p.t.lifecycle+` l
-		WHERE l.tenant_id = h.tenant_id AND l.stream_id = h.stream_id AND NOT h.closed`); err != nil {
+	if err := s.execNamed(ctx, "close_archived_heads", nil, p.idents, false); err != nil {
 		return res, fmt.Errorf("eventstore: convert: close the heads of archived and deleted streams: %w", err)
 	}
-	tag, err = s.conn.Exec(ctx, `INSERT INTO `+p.t.ids+` (event_id, position) SELECT event_id, position FROM `+
-		p.t.events+` ON CONFLICT DO NOTHING`)
+	tag, err = s.execDDL(ctx, "copy_ids", nil)
 	if err != nil {
 		return res, fmt.Errorf("eventstore: convert: copy event IDs: %w", err)
 	}
@@ -133,33 +124,32 @@ func (p *Partitions) Convert(ctx context.Context) (ConvertResult, error) {
 		return res, err
 	}
 	size := p.size(st)
-	bound := boundary(st.Drawn+p.cfg.Headroom, size)
-	if err := s.execLocked(ctx, `ALTER TABLE `+p.t.events+` DROP CONSTRAINT IF EXISTS events_convert_bound, `+
-		fmt.Sprintf(`ADD CONSTRAINT events_convert_bound CHECK (position < %d) NOT VALID`, bound)); err != nil {
+	limit := boundary(st.Drawn+p.cfg.Headroom, size)
+	if err := s.execNamed(ctx, "bound_positions", bound("bound", limit), p.idents, true); err != nil {
 		return res, fmt.Errorf("eventstore: convert: bound the positions: %w", err)
 	}
 	t0 = time.Now()
-	if _, err := s.conn.Exec(ctx, `ALTER TABLE `+p.t.events+` VALIDATE CONSTRAINT events_convert_bound`); err != nil {
+	if err := s.execNamed(ctx, "validate_bound", nil, p.idents, false); err != nil {
 		return res, fmt.Errorf("eventstore: convert: validate the positions: %w", err)
 	}
 	res.Validate = time.Since(t0)
-	log.InfoContext(ctx, "stagehand: convert: positions bounded", "below", bound, "took", res.Validate)
+	log.InfoContext(ctx, "stagehand: convert: positions bounded", "below", limit, "took", res.Validate)
 
 	// 4. The swap.
-	res.First = Partition{Name: partitionName(1), From: 1, To: bound, State: PartitionAttached}
-	created, swap, err := p.swap(ctx, s, bound, size)
+	res.First = Partition{Name: partitionName(1), From: 1, To: limit, State: PartitionAttached}
+	created, swap, err := p.swap(ctx, s, limit, size)
 	if err != nil {
 		return res, err
 	}
 	res.Created, res.Swap, res.Duration = created, swap, time.Since(start)
-	log.InfoContext(ctx, "stagehand: convert: events table partitioned", "first_partition_to", bound,
+	log.InfoContext(ctx, "stagehand: convert: events table partitioned", "first_partition_to", limit,
 		"swap", swap, "took", res.Duration)
 	return res, nil
 }
 
 // swap partitions the table in one transaction under an ACCESS EXCLUSIVE lock on it (waited for at most
 // LockTimeout), and returns the partitions created after the first and how long the lock was held.
-func (p *Partitions) swap(ctx context.Context, s *session, bound, size int64) ([]Partition, time.Duration, error) {
+func (p *Partitions) swap(ctx context.Context, s *session, limit, size int64) ([]Partition, time.Duration, error) {
 	tx, err := s.conn.Begin(ctx)
 	if err != nil {
 		return nil, 0, fmt.Errorf("eventstore: convert: begin: %w", err)
@@ -168,48 +158,38 @@ func (p *Partitions) swap(ctx context.Context, s *session, bound, size int64) ([
 	if _, err := tx.Exec(ctx, strings.Replace(p.lockTimeout(), "SET", "SET LOCAL", 1)); err != nil {
 		return nil, 0, fmt.Errorf("eventstore: convert: %w", err)
 	}
-	if _, err := tx.Exec(ctx, `LOCK TABLE `+p.t.events+` IN ACCESS EXCLUSIVE MODE`); err != nil {
+	first := partitionName(1)
+	idents := p.partitionIdents(first)
+	idents["first"], idents["first_name"] = idents["partition"], pgx.Identifier{first}.Sanitize()
+	idents["first_pkey"] = pgx.Identifier{first + "_pkey"}.Sanitize()
+	texts := make(map[string]string, len(swapSteps)+1)
+	for _, name := range append([]string{"lock_events"}, swapSteps...) {
+		text, err := ddl(name, bound("bound", limit), idents)
+		if err != nil {
+			return nil, 0, err
+		}
+		texts[name] = text
+	}
+	if _, err := tx.Exec(ctx, texts["lock_events"]); err != nil {
 		return nil, 0, fmt.Errorf("eventstore: convert: lock the events table (appends in flight held it past "+
 			"the lock timeout; run the conversion again): %w", err)
 	}
 	locked := time.Now()
 	var drawn int64
-	if err := tx.QueryRow(ctx, `SELECT CASE WHEN is_called THEN last_value ELSE last_value - 1 END FROM `+
-		p.t.seq).Scan(&drawn); err != nil {
+	if err := tx.QueryRow(ctx, p.q.lastDrawn.SQL).Scan(&drawn); err != nil {
 		return nil, 0, fmt.Errorf("eventstore: convert: %w", err)
 	}
-	if drawn >= bound-1 {
+	if drawn >= limit-1 {
 		return nil, 0, fmt.Errorf("eventstore: convert: the log reached position %d, the bound set for the "+
 			"existing table (%d) while it was validated: appends past it failed; run the conversion again with "+
-			"a larger Headroom", drawn, bound)
+			"a larger Headroom", drawn, limit)
 	}
-	first := partitionName(1)
-	firstQ := pgx.Identifier{p.cfg.Schema, first}.Sanitize()
-	fn := pgx.Identifier{p.cfg.Schema, "events_check_append"}.Sanitize()
-	stmts := []string{
-		`ALTER TABLE ` + p.t.events + ` RENAME TO ` + pgx.Identifier{first}.Sanitize(),
-		`ALTER INDEX ` + pgx.Identifier{p.cfg.Schema, "events_pkey"}.Sanitize() + ` RENAME TO ` +
-			pgx.Identifier{first + "_pkey"}.Sanitize(),
-		`DROP TRIGGER events_track_append ON ` + firstQ,
-		`CREATE TABLE ` + p.t.events + ` (LIKE ` + firstQ + ` INCLUDING DEFAULTS INCLUDING CONSTRAINTS)
-			PARTITION BY RANGE (position)`,
-		`ALTER TABLE ` + p.t.events + ` DROP CONSTRAINT events_convert_bound`,
-		`ALTER TABLE ` + p.t.events + ` ADD CONSTRAINT events_pkey PRIMARY KEY (position)`,
-		// The validated CHECK implies the partition's bound: no scan.
-		`ALTER TABLE ` + p.t.events + ` ATTACH PARTITION ` + firstQ +
-			fmt.Sprintf(` FOR VALUES FROM (MINVALUE) TO (%d)`, bound),
-		`ALTER TABLE ` + firstQ + ` DROP CONSTRAINT events_convert_bound`,
-		// The sequence belonged to the old table's column: dropping that table, once archived, must not drop it.
-		`ALTER SEQUENCE ` + p.t.seq + ` OWNED BY ` + p.t.events + `.position`,
-		`CREATE TRIGGER events_check_append BEFORE INSERT ON ` + p.t.events +
-			` FOR EACH ROW EXECUTE FUNCTION ` + fn + `()`,
-	}
-	for _, stmt := range stmts {
-		if _, err := tx.Exec(ctx, stmt); err != nil {
-			return nil, 0, fmt.Errorf("eventstore: convert: %s: %w", firstWords(stmt), err)
+	for _, name := range swapSteps {
+		if _, err := tx.Exec(ctx, texts[name]); err != nil {
+			return nil, 0, fmt.Errorf("eventstore: convert: %s: %w", firstWords(texts[name]), err)
 		}
 	}
-	created, err := p.createAhead(ctx, tx, drawn, bound, size)
+	created, err := p.createAhead(ctx, tx, drawn, limit, size)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -219,9 +199,38 @@ func (p *Partitions) swap(ctx context.Context, s *session, bound, size int64) ([
 	return created, time.Since(locked), nil
 }
 
+// swapSteps are the statements of the swap, in their order (sql/partitions.sql): the table renamed to become the
+// first partition, a partitioned table in its place, the first partition attached, the checking trigger installed.
+var swapSteps = []string{"swap_rename_table", "swap_rename_index", "swap_drop_track_trigger", "swap_create_table",
+	"swap_drop_bound", "swap_primary_key", "swap_attach_first", "swap_drop_first_bound", "swap_sequence_owner",
+	"swap_check_trigger"}
+
 func firstWords(stmt string) string {
 	f := strings.Fields(stmt)
 	return strings.Join(f[:min(len(f), 3)], " ")
+}
+
+// execNamed writes the statement name out (DDL: raw bounds, then identifiers) and runs it on the session, with the
+// lock timeout set when locked.
+func (s *session) execNamed(ctx context.Context, name string, raw, idents map[string]string, locked bool) error {
+	stmt, err := ddl(name, raw, idents)
+	if err != nil {
+		return err
+	}
+	if locked {
+		return s.execLocked(ctx, stmt)
+	}
+	_, err = s.conn.Exec(ctx, stmt)
+	return err
+}
+
+// execDDL runs the statement name, written out for the schema's tables, on the session and returns its tag.
+func (s *session) execDDL(ctx context.Context, name string, raw map[string]string) (pgconn.CommandTag, error) {
+	stmt, err := ddl(name, raw, s.p.idents)
+	if err != nil {
+		return pgconn.CommandTag{}, err
+	}
+	return s.conn.Exec(ctx, stmt)
 }
 
 // execLocked runs stmt on the session with the lock timeout set, and resets it.

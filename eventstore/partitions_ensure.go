@@ -4,27 +4,30 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 )
 
-// createSQL returns the statements that create partition [from, to) and attach it: a plain table first, its
-// indexes, then ATTACH PARTITION, which takes only a SHARE UPDATE EXCLUSIVE lock on the events table (appends go
-// on; CREATE TABLE ... PARTITION OF would lock them out).
-func (p *Partitions) createSQL(from, to int64) []string {
-	name := partitionName(from)
-	q := pgx.Identifier{p.cfg.Schema, name}.Sanitize()
-	return []string{
-		`CREATE TABLE ` + q + ` (LIKE ` + p.t.events + ` INCLUDING DEFAULTS INCLUDING CONSTRAINTS)`,
-		// Stream reads: a stream's events in version order.
-		`CREATE INDEX ` + pgx.Identifier{name + "_stream_version_idx"}.Sanitize() + ` ON ` + q +
-			` (tenant_id, stream_id, version)`,
-		// Lookups by event ID (resolving a lost commit).
-		`CREATE INDEX ` + pgx.Identifier{name + "_event_id_idx"}.Sanitize() + ` ON ` + q + ` (event_id)`,
-		`ALTER TABLE ` + p.t.events + ` ATTACH PARTITION ` + q + fmt.Sprintf(` FOR VALUES FROM (%d) TO (%d)`, from, to),
+// createSQL returns the statements that create partition [from, to) and attach it (sql/partitions.sql): a plain
+// table first, its indexes, then ATTACH PARTITION, which takes only a SHARE UPDATE EXCLUSIVE lock on the events
+// table (appends go on; CREATE TABLE ... PARTITION OF would lock them out).
+func (p *Partitions) createSQL(from, to int64) ([]string, error) {
+	idents := p.partitionIdents(partitionName(from))
+	raw := bound("from", from)
+	raw["to"] = strconv.FormatInt(to, 10)
+	var out []string
+	for _, name := range []string{"create_partition", "create_partition_stream_index",
+		"create_partition_event_id_index", "attach_partition"} {
+		stmt, err := ddl(name, raw, idents)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, stmt)
 	}
+	return out, nil
 }
 
 // Ensure creates the partitions missing between the end of the last one and Ahead partitions past the one that
@@ -106,7 +109,11 @@ func (p *Partitions) createAhead(ctx context.Context, tx pgx.Tx, drawn, end, siz
 	want := boundary(drawn+1, size) + int64(p.cfg.Ahead)*size
 	for from := end; from < want; from += size {
 		to := from + size
-		for _, stmt := range p.createSQL(from, to) {
+		stmts, err := p.createSQL(from, to)
+		if err != nil {
+			return nil, err
+		}
+		for _, stmt := range stmts {
 			if _, err := tx.Exec(ctx, stmt); err != nil {
 				return nil, fmt.Errorf("eventstore: create partition %s: %w", partitionName(from), err)
 			}

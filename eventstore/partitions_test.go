@@ -543,7 +543,7 @@ func TestStreamReadVisitsOnlyItsPartitions(t *testing.T) {
 	plan := func(stream string) string {
 		var lines []string
 		rows, err := s.Pool().Query(ctx, `EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF) `+
-			eventstore.ReadStreamSQL(ctx, s), "__untenanted__", stream, int64(1))
+			eventstore.ReadStreamSQL(ctx, s), "__untenanted__", stream, int64(1), nil)
 		require.NoError(t, err)
 		for rows.Next() {
 			var l string

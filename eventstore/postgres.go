@@ -19,6 +19,7 @@ import (
 	"github.com/stagehand-es/stagehand/internal/jsonmeta"
 	"github.com/stagehand-es/stagehand/internal/names"
 	"github.com/stagehand-es/stagehand/internal/pgnotify"
+	"github.com/stagehand-es/stagehand/internal/sqlfile"
 )
 
 // PostgresConfig configures a PostgresStore. A nil *PostgresConfig uses the defaults.
@@ -86,9 +87,8 @@ type PostgresStore struct {
 	pool *pgxpool.Pool
 	cfg  PostgresConfig
 	t    tables
-	// appends are the append statements, by table layout (unpartitioned, partitioned), expectationKind and
-	// parameter layout.
-	appends  [2][4][3]string
+	// q are the store's statements (sql/*.sql), written out for its schema.
+	q        storeSQL
 	tableLay tableLayout
 	notifier *pgnotify.Notifier
 	channel  string
@@ -128,12 +128,8 @@ func NewPostgres(pool *pgxpool.Pool, cfg *PostgresConfig) (*PostgresStore, error
 		},
 		channel: pgnotify.Channel(c.Schema, "events"),
 	}
-	for _, partitioned := range []bool{false, true} {
-		for i, expected := range []ExpectedVersion{NoStream, AnyVersion, StreamExists, 1} {
-			for _, l := range []layout{single, uniform, mixed} {
-				s.appends[b2i(partitioned)][i][l] = s.buildAppendSQL(expected, l, partitioned)
-			}
-		}
+	if s.q, err = newStoreSQL(s.t); err != nil {
+		return nil, err
 	}
 	if !c.DisableNotify {
 		s.notifier = pgnotify.NewNotifier(pool, s.channel, c.Logger)
@@ -255,16 +251,14 @@ func (s *PostgresStore) appendBy(ctx context.Context, db dbtx, req AppendRequest
 	if err != nil {
 		return AppendResult{}, err
 	}
-	args, l, err := appendArgs(req)
-	if err != nil {
-		return AppendResult{}, err
-	}
-	sql, err := s.appendSQL(ctx, db, req.Expected, l)
+	p, l := appendParams(req)
+	stmt, err := s.appendSQL(ctx, db, req.Expected, l)
 	if err != nil {
 		return AppendResult{}, fmt.Errorf("eventstore: append to stream %q: %w", req.StreamID, err)
 	}
+	args := stmt.Args(&p)
 	for attempt := 0; ; attempt++ {
-		recs, err := insert(sql, args)
+		recs, err := insert(stmt.SQL, args)
 		if err == nil && len(recs) == 0 {
 			return AppendResult{}, s.conflict(ctx, lookup, req)
 		}
@@ -313,22 +307,22 @@ func inTx(db dbtx) bool {
 	return ok
 }
 
-// layout is the parameter layout of an append statement.
+// layout is the parameter layout of an append statement (sql/events.sql).
 type layout int
 
 const (
-	// single: one event, scalars $4-$9, expected version $10.
+	// single: one event, its columns as scalars (append_single).
 	single layout = iota
-	// uniform: several events sharing type version, metadata and occurred-at: arrays $4-$6 (ID, type, payload),
-	// scalars $7-$9, expected version $10.
+	// uniform: several events sharing type version, metadata and occurred-at: arrays of ID, type and payload, the
+	// rest as scalars (append_uniform).
 	uniform
-	// mixed: several events that differ in those too: arrays $4-$9, expected version $10.
+	// mixed: several events that differ in those too: arrays of every column (append_mixed).
 	mixed
 )
 
-// appendArgs lays out the statement's parameters. What a save's events usually share (type version, metadata,
+// appendParams lays out the statement's parameters. What a save's events usually share (type version, metadata,
 // occurred-at) goes as one scalar each, as arrays only when the events differ.
-func appendArgs(req AppendRequest) ([]any, layout, error) {
+func appendParams(req AppendRequest) (param, layout) {
 	n := len(req.Events)
 	metas := make([]string, n)
 	same := true
@@ -338,38 +332,29 @@ func appendArgs(req AppendRequest) ([]any, layout, error) {
 		metas[i] = m
 		same = same && m == metas[0] && e.TypeVersion == first.TypeVersion && e.OccurredAt.Equal(first.OccurredAt)
 	}
-	var args []any
-	var l layout
-	switch {
-	case n == 1:
-		l = single
+	p := param{Tenant: req.Tenant, StreamID: req.StreamID, StreamType: req.StreamType, Expected: int64(req.Expected),
+		TypeVersion: int32(first.TypeVersion), Metadata: metas[0], OccurredAt: first.OccurredAt}
+	if n == 1 {
 		// Event IDs as pgx's own UUIDs, encoded in binary as they are. A uuid.UUID is a driver.Valuer, which pgx
 		// turns into a string and parses back (strings for a uuid[] parameter first fail the binary encoding,
 		// building an error, and then go as text).
-		args = []any{req.Tenant, req.StreamID, req.StreamType, pgtype.UUID{Bytes: first.EventID, Valid: true},
-			first.Type, string(first.Payload), int32(first.TypeVersion), metas[0], first.OccurredAt}
-	default:
-		ids, types, payloads := make([]pgtype.UUID, n), make([]string, n), make([]string, n)
-		for i, e := range req.Events {
-			ids[i], types[i], payloads[i] = pgtype.UUID{Bytes: e.EventID, Valid: true}, e.Type, string(e.Payload)
-		}
-		if same {
-			l = uniform
-			args = []any{req.Tenant, req.StreamID, req.StreamType, ids, types, payloads, int32(first.TypeVersion),
-				metas[0], first.OccurredAt}
-		} else {
-			l = mixed
-			versions, occurred := make([]int32, n), make([]time.Time, n)
-			for i, e := range req.Events {
-				versions[i], occurred[i] = int32(e.TypeVersion), e.OccurredAt
-			}
-			args = []any{req.Tenant, req.StreamID, req.StreamType, ids, types, payloads, versions, metas, occurred}
-		}
+		p.EventID = pgtype.UUID{Bytes: first.EventID, Valid: true}
+		p.EventType, p.Payload = first.Type, string(first.Payload)
+		return p, single
 	}
-	if req.Expected > 0 {
-		args = append(args, int64(req.Expected))
+	p.EventIDs, p.EventTypes, p.Payloads = make([]pgtype.UUID, n), make([]string, n), make([]string, n)
+	for i, e := range req.Events {
+		p.EventIDs[i], p.EventTypes[i], p.Payloads[i] = pgtype.UUID{Bytes: e.EventID, Valid: true}, e.Type,
+			string(e.Payload)
 	}
-	return args, l, nil
+	if same {
+		return p, uniform
+	}
+	p.TypeVersions, p.OccurredAts, p.Metadatas = make([]int32, n), make([]time.Time, n), metas
+	for i, e := range req.Events {
+		p.TypeVersions[i], p.OccurredAts[i] = int32(e.TypeVersion), e.OccurredAt
+	}
+	return p, mixed
 }
 
 func (s *PostgresStore) insert(ctx context.Context, db dbtx, sql string, args []any) ([]Record, error) {
@@ -437,10 +422,10 @@ func scanAppended(rows pgx.Rows) ([]Record, error) {
 // (see migration 035): it moves the head from base to the last new version, or fails as the unique index did.
 //
 // The layout is read through db (see layout): an error only when db is a transaction the read failed on.
-func (s *PostgresStore) appendSQL(ctx context.Context, db dbtx, expected ExpectedVersion, l layout) (string,
-	error) {
+func (s *PostgresStore) appendSQL(ctx context.Context, db dbtx, expected ExpectedVersion, l layout) (
+	sqlfile.Named[param], error) {
 	lay, err := s.layout(ctx, db)
-	return s.appends[b2i(lay.partitioned)][expectationKind(expected)][l], err
+	return s.q.appends[b2i(lay.partitioned)][expectationKind(expected)][l], err
 }
 
 func b2i(b bool) int {
@@ -463,73 +448,14 @@ func expectationKind(expected ExpectedVersion) int {
 	return 3
 }
 
-// buildAppendSQL writes the statement appendSQL returns, once per store for each kind of expectation and layout.
-func (s *PostgresStore) buildAppendSQL(expected ExpectedVersion, l layout, partitioned bool) string {
-	var base string
-	// On a partitioned table an archived or deleted stream's head is closed (see lifecycleMark).
-	head := `SELECT version FROM ` + s.t.streams + ` WHERE tenant_id = $1 AND stream_id = $2 AND NOT closed`
-	switch {
-	case expected == NoStream:
-		base = `0::bigint`
-	case partitioned && expected == AnyVersion:
-		base = `(SELECT coalesce((` + head + `), 0))`
-	case partitioned && expected == StreamExists:
-		base = `(` + head + `)`
-	case partitioned:
-		base = `(` + head + ` AND version = $10)`
-	case expected == AnyVersion:
-		base = `(SELECT coalesce(max(version), 0) FROM ` + s.t.events + ` WHERE tenant_id = $1 AND stream_id = $2)`
-	case expected == StreamExists:
-		base = `(SELECT max(version) FROM ` + s.t.events + ` WHERE tenant_id = $1 AND stream_id = $2)`
-	default:
-		// The expected version's own event: NULL when the stream is elsewhere, which fails the insert (a NULL
-		// version). One index probe, planned as one node (an EXISTS would add a filter node to start per call).
-		base = `(SELECT v.version FROM ` + s.t.events +
-			` v WHERE v.tenant_id = $1 AND v.stream_id = $2 AND v.version = $10::bigint)`
-	}
-	// An archived or deleted stream takes no appends: its lifecycle row makes the base NULL, so the statement fails
-	// as a failed version check does, and the store reports the stream's state (lifecycleConflict). One probe of a
-	// table that holds only archived and deleted streams.
-	// On a partitioned table the closed head does it instead, and a NoStream append fails on the head's row: no
-	// extra relation is read, so a save stays within the fast-path locks.
-	if !partitioned {
-		base = `(CASE WHEN EXISTS (SELECT 1 FROM ` + s.t.lifecycle + ` WHERE tenant_id = $1 AND stream_id = $2) THEN NULL
-		ELSE ` + base + ` END)`
-	}
-	insert := `INSERT INTO ` + s.t.events + ` (tenant_id, stream_id, stream_type, version, event_id, event_type,
-			payload, event_version, metadata, occurred_at)`
-	switch l {
-	case single:
-		return insert + `
-		SELECT $1, $2, $3, ` + base + ` + 1, $4::uuid, $5::text, $6::jsonb, $7::int, $8::jsonb, $9::timestamptz
-		RETURNING position, version, recorded_at`
-	case uniform:
-		return insert + `
-		SELECT $1, $2, $3, b.base + d.ord, d.event_id, d.event_type, d.payload, $7::int, $8::jsonb,
-			$9::timestamptz
-		FROM (SELECT ` + base + ` AS base) b, unnest($4::uuid[], $5::text[], $6::jsonb[])
-			WITH ORDINALITY AS d(event_id, event_type, payload, ord)
-		ORDER BY d.ord
-		RETURNING position, version, recorded_at`
-	default:
-		return insert + `
-		SELECT $1, $2, $3, b.base + d.ord, d.event_id, d.event_type, d.payload, d.event_version, d.metadata,
-			d.occurred_at
-		FROM (SELECT ` + base + ` AS base) b,
-			unnest($4::uuid[], $5::text[], $6::jsonb[], $7::int[], $8::jsonb[], $9::timestamptz[])
-			WITH ORDINALITY AS d(event_id, event_type, payload, event_version, metadata, occurred_at, ord)
-		ORDER BY d.ord
-		RETURNING position, version, recorded_at`
-	}
-}
-
 // conflict builds the ConflictError with the stream's current version as db sees it (-1 when it cannot be read,
 // or db is nil).
 func (s *PostgresStore) conflict(ctx context.Context, db dbtx, req AppendRequest) error {
 	actual := int64(-1)
 	if db != nil {
-		if sql, err := s.versionSQL(ctx, db); err == nil {
-			if err := db.QueryRow(ctx, sql, req.Tenant, req.StreamID).Scan(&actual); err != nil {
+		if q, err := s.versionSQL(ctx, db); err == nil {
+			if err := db.QueryRow(ctx, q.SQL, q.Args(&param{Tenant: req.Tenant, StreamID: req.StreamID})...).
+				Scan(&actual); err != nil {
 				actual = -1
 			}
 		}
@@ -537,18 +463,14 @@ func (s *PostgresStore) conflict(ctx context.Context, db dbtx, req AppendRequest
 	return &ConflictError{Tenant: req.Tenant, StreamID: req.StreamID, Expected: req.Expected, Actual: actual}
 }
 
-// versionSQL reads a stream's current version ($1 tenant, $2 stream; 0 when it does not exist): its head on a
-// partitioned table, its highest event otherwise. The layout is read through db.
-func (s *PostgresStore) versionSQL(ctx context.Context, db dbtx) (string, error) {
+// versionSQL reads a stream's current version (0 when it does not exist): its head on a partitioned table, its
+// highest event otherwise. The layout is read through db.
+func (s *PostgresStore) versionSQL(ctx context.Context, db dbtx) (sqlfile.Named[param], error) {
 	lay, err := s.layout(ctx, db)
 	if err != nil {
-		return "", err
+		return sqlfile.Named[param]{}, err
 	}
-	if lay.partitioned {
-		return `SELECT coalesce((SELECT version FROM ` + s.t.streams + ` WHERE tenant_id = $1 AND stream_id = $2), 0)`,
-			nil
-	}
-	return `SELECT coalesce(max(version), 0) FROM ` + s.t.events + ` WHERE tenant_id = $1 AND stream_id = $2`, nil
+	return s.q.version[b2i(lay.partitioned)], nil
 }
 
 // translate turns driver errors into the store's typed errors; no raw SQLSTATE reaches the user for an expected
@@ -610,11 +532,8 @@ func (s *PostgresStore) Stream(ctx context.Context, tenant, streamID string) (St
 	tenant = tenantOrDefault(tenant)
 	info := StreamInfo{Tenant: tenant, StreamID: streamID, State: StreamActive}
 	var lastType string
-	err := s.pool.QueryRow(ctx, `SELECT l.stream_type, l.version, l.event_type, f.recorded_at, l.recorded_at
-		FROM (SELECT stream_type, version, event_type, recorded_at FROM `+s.t.events+`
-			WHERE tenant_id = $1 AND stream_id = $2 ORDER BY version DESC LIMIT 1) l,
-		     (SELECT recorded_at FROM `+s.t.events+`
-			WHERE tenant_id = $1 AND stream_id = $2 ORDER BY version LIMIT 1) f`, tenant, streamID).
+	q := s.q.streamInfo
+	err := s.pool.QueryRow(ctx, q.SQL, q.Args(&param{Tenant: tenant, StreamID: streamID})...).
 		Scan(&info.StreamType, &info.Version, &lastType, &info.CreatedAt, &info.UpdatedAt)
 	if err == nil && IsLifecycleMarker(lastType) {
 		return s.movedStream(ctx, tenant, streamID)
@@ -635,7 +554,7 @@ func (s *PostgresStore) Stream(ctx context.Context, tenant, streamID string) (St
 // HeadPosition implements Store.
 func (s *PostgresStore) HeadPosition(ctx context.Context) (int64, error) {
 	var head int64
-	if err := s.pool.QueryRow(ctx, `SELECT coalesce(max(position), 0) FROM `+s.t.events).Scan(&head); err != nil {
+	if err := s.pool.QueryRow(ctx, s.q.headPosition.SQL).Scan(&head); err != nil {
 		return 0, fmt.Errorf("eventstore: head position: %w", err)
 	}
 	return head, nil

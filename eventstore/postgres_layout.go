@@ -30,11 +30,6 @@ type layoutState struct {
 	archivedTo  int64
 }
 
-// partitionedSQL is true when the table named by $1 is partitioned. It asks the catalog caches (not the
-// statement's snapshot, which a REPEATABLE READ transaction keeps from before a conversion), and is false for a
-// table that does not exist: it never fails.
-const partitionedSQL = `coalesce(pg_get_partkeydef(to_regclass($1)) IS NOT NULL, false)`
-
 // Partitioned reports whether the store's events table is partitioned by position (see Partitions), as the store
 // last read it (at most 10 s ago).
 func (s *PostgresStore) Partitioned(ctx context.Context) bool {
@@ -78,8 +73,8 @@ func (s *PostgresStore) readLayout(ctx context.Context, db dbtx, known *layoutSt
 	}
 	var partitioned bool
 	var archivedTo int64
-	err := db.QueryRow(ctx, `SELECT `+partitionedSQL+`, coalesce((SELECT max(to_position) FROM `+s.t.archives+
-		`), 0)`, s.t.events).Scan(&partitioned, &archivedTo)
+	q := s.q.layout // sql/events.sql: whether the table is partitioned, asking the catalog caches, never failing
+	err := db.QueryRow(ctx, q.SQL, q.Args(&param{EventsTable: s.t.events})...).Scan(&partitioned, &archivedTo)
 	if err != nil && inTx(db) {
 		return next, fmt.Errorf("eventstore: read the layout of %s (did you run stagehand.Migrate?): %w",
 			s.t.events, err)

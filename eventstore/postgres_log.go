@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"time"
-
-	"github.com/jackc/pgx/v5"
 )
 
 // ReadLog implements Store with lock-aware gap detection (see PostgresStore).
@@ -74,38 +72,16 @@ type rawPage struct {
 
 func (p *rawPage) highest() int64 { return p.recs[len(p.recs)-1].Position }
 
-// logSource is the global log as readers see it: the events table and the events archived or deleted stream by
-// stream (stream_archive, see LifecycleStore), which keep their positions there; gone is true for a deleted event's
-// tombstone. PostgreSQL flattens the union and merges the two tables' position indexes, so a page still walks
-// positions in order and stops at its limit.
-func (s *PostgresStore) logSource() string {
-	cols := `position, tenant_id, stream_id, stream_type, version, event_id, event_type, event_version, payload,
-		metadata, occurred_at, recorded_at`
-	return `(SELECT ` + cols + `, false AS gone FROM ` + s.t.events + ` UNION ALL SELECT ` + cols +
-		`, payload IS NULL FROM ` + s.t.streamArchive + `)`
-}
-
 func (s *PostgresStore) readPage(ctx context.Context, q LogQuery, limit int) (rawPage, error) {
 	filtered := len(q.EventTypes) > 0 || len(q.StreamTypes) > 0 || len(q.Tenants) > 0
-	var rows pgx.Rows
-	var err error
-	if !filtered {
-		rows, err = s.pool.Query(ctx, `SELECT true, gone, position, tenant_id, stream_id, stream_type, version,
-				event_id, event_type, event_version, payload, metadata, occurred_at, recorded_at
-			FROM `+s.logSource()+` e WHERE position > $1 ORDER BY position LIMIT $2`, q.After, limit)
-	} else {
-		// Filtered-out rows still come back (position only), so gaps are judged on every position and the
-		// payload of rows nobody asked for never crosses the wire.
-		match := `($3::text[] IS NULL OR event_type = ANY($3)) AND ($4::text[] IS NULL OR stream_type = ANY($4))
-			AND ($5::text[] IS NULL OR tenant_id = ANY($5))`
-		rows, err = s.pool.Query(ctx, `SELECT m, gone, position, tenant_id, stream_id, stream_type, version,
-				event_id, event_type, event_version, CASE WHEN m THEN payload END, CASE WHEN m THEN metadata END,
-				occurred_at, recorded_at
-			FROM (SELECT e.*, (`+match+`) AS m FROM `+s.logSource()+` e WHERE position > $1
-				ORDER BY position LIMIT $2) p
-			ORDER BY position`,
-			q.After, limit, nilIfEmpty(q.EventTypes), nilIfEmpty(q.StreamTypes), nilIfEmpty(q.Tenants))
+	// The log as readers see it: the events table and the events archived or deleted stream by stream
+	// (sql/events.sql, log_source). A filtered read still returns the rows filtered out, position only.
+	stmt := s.q.readLog
+	if filtered {
+		stmt = s.q.readLogFiltered
 	}
+	rows, err := s.pool.Query(ctx, stmt.SQL, stmt.Args(&param{After: q.After, Limit: &limit,
+		TypesIn: nilIfEmpty(q.EventTypes), StreamsIn: nilIfEmpty(q.StreamTypes), TenantsIn: nilIfEmpty(q.Tenants)})...)
 	if err != nil {
 		return rawPage{}, fmt.Errorf("eventstore: read log after %d: %w", q.After, err)
 	}
@@ -189,20 +165,13 @@ func cutAtGap(page rawPage, after, settled int64) (LogPage, int64) {
 	return out, 0
 }
 
-// holderFilter is the pg_locks condition of the transactions that may still commit a missing position: those
-// holding (or waiting for) a RowExclusiveLock on the events table, except the ones that provably cannot (see
+// lockHolders returns the virtual transaction IDs of the transactions that may still commit a missing position:
+// those holding (or waiting for) a RowExclusiveLock on the events table, except the ones that provably cannot (see
 // PostgresStore): a transaction already failed and waiting for its ROLLBACK, and an idle one that has written
-// nothing (no transaction ID), whose every INSERT has ended without leaving a row. The table is named as text and
-// resolved by each query, so a schema dropped and migrated again under a running store is followed, never judged
-// through a stale OID. Sessions whose activity this role may not see count, to be safe.
-const holderFilter = `l.locktype = 'relation' AND l.relation = $1::regclass AND l.mode = 'RowExclusiveLock'
-	AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
-	AND NOT coalesce((SELECT a.state = 'idle in transaction (aborted)'
-			OR (a.state = 'idle in transaction' AND a.backend_xid IS NULL)
-		FROM pg_stat_activity a WHERE a.pid = l.pid), false)`
-
-// lockHolders returns the virtual transaction IDs of the transactions that may still commit a missing position
-// (holderFilter). On a server in recovery (a hot standby) the primary's transactions are not in pg_locks, so a
+// nothing (no transaction ID), whose every INSERT has ended without leaving a row (sql/events.sql, holder_filter).
+// The table is named as text and resolved by each query, so a schema dropped and migrated again under a running
+// store is followed, never judged through a stale OID. Sessions whose activity this role may not see count, to be
+// safe. On a server in recovery (a hot standby) the primary's transactions are not in pg_locks, so a
 // gap cannot be judged there: it returns an *InRecoveryError.
 //
 // It also returns where the archived positions end (0 when nothing is archived): a missing position below it was
@@ -211,9 +180,9 @@ func (s *PostgresStore) lockHolders(ctx context.Context) ([]string, int64, error
 	var holders []string
 	var inRecovery bool
 	var archivedTo int64
-	err := s.pool.QueryRow(ctx, `SELECT pg_is_in_recovery(), coalesce((SELECT array_agg(DISTINCT l.virtualtransaction)
-		FROM pg_locks l WHERE `+holderFilter+`), '{}'), coalesce((SELECT max(to_position) FROM `+s.t.archives+`), 0)`,
-		s.t.events).Scan(&inRecovery, &holders, &archivedTo)
+	q := s.q.lockHolders
+	err := s.pool.QueryRow(ctx, q.SQL, q.Args(&param{EventsTable: s.t.events})...).Scan(&inRecovery, &holders,
+		&archivedTo)
 	if err != nil {
 		return nil, 0, fmt.Errorf("eventstore: read lock holders of %s (did you run stagehand.Migrate?): %w",
 			s.t.events, err)
@@ -241,7 +210,7 @@ func (s *PostgresStore) checkPrimary(ctx context.Context) error {
 		return nil
 	}
 	var inRecovery bool
-	if err := s.pool.QueryRow(ctx, `SELECT pg_is_in_recovery()`).Scan(&inRecovery); err != nil {
+	if err := s.pool.QueryRow(ctx, s.q.inRecovery.SQL).Scan(&inRecovery); err != nil {
 		return fmt.Errorf("eventstore: read log: is the server in recovery: %w", err)
 	}
 	if inRecovery {
@@ -256,8 +225,9 @@ func (s *PostgresStore) waitForEnd(ctx context.Context, holders []string, deadli
 	pause := 500 * time.Microsecond
 	for {
 		var remaining int
-		err := s.pool.QueryRow(ctx, `SELECT count(*) FROM pg_locks l WHERE `+holderFilter+`
-			AND l.virtualtransaction = ANY($2)`, s.t.events, holders).Scan(&remaining)
+		q := s.q.holdersLeft
+		err := s.pool.QueryRow(ctx, q.SQL, q.Args(&param{EventsTable: s.t.events, Holders: holders})...).
+			Scan(&remaining)
 		if err != nil {
 			return false, fmt.Errorf("eventstore: wait for in-flight appends: %w", err)
 		}

@@ -32,8 +32,9 @@ func (s *PostgresStore) AppendQueued(ctx context.Context, req AppendRequest, que
 	}
 	for attempt := 0; ; attempt++ {
 		var current int64
-		sql, _ := s.versionSQL(ctx, s.pool) // through the pool: no error
-		if err := s.pool.QueryRow(ctx, sql, req.Tenant, req.StreamID).Scan(&current); err != nil {
+		q, _ := s.versionSQL(ctx, s.pool) // through the pool: no error
+		if err := s.pool.QueryRow(ctx, q.SQL, q.Args(&param{Tenant: req.Tenant, StreamID: req.StreamID})...).
+			Scan(&current); err != nil {
 			return AppendResult{}, fmt.Errorf("eventstore: read the version of stream %q: %w", req.StreamID, err)
 		}
 		if current == 0 && req.Expected == StreamExists {
@@ -58,16 +59,13 @@ func (s *PostgresStore) AppendQueued(ctx context.Context, req AppendRequest, que
 // version, whether a lost commit happened) it reads once the batch's connection is back in the pool.
 func (s *PostgresStore) appendPipelined(ctx context.Context, req AppendRequest, queue QueueFunc) (AppendResult,
 	error) {
-	args, l, err := appendArgs(req)
-	if err != nil {
-		return AppendResult{}, err
-	}
+	p, l := appendParams(req)
 	planned := plannedResult(req)
 	b := &pgx.Batch{}
 	var recs []Record
 	inserted := false
-	sql, _ := s.appendSQL(ctx, s.pool, req.Expected, l) // through the pool: no error
-	b.Queue(sql, args...).Query(func(rows pgx.Rows) (err error) {
+	stmt, _ := s.appendSQL(ctx, s.pool, req.Expected, l) // through the pool: no error
+	b.Queue(stmt.SQL, stmt.Args(&p)...).Query(func(rows pgx.Rows) (err error) {
 		recs, err = scanAppended(rows)
 		inserted = err == nil
 		return err

@@ -30,7 +30,9 @@ func (s *PostgresStore) readStreamAs(ctx context.Context, db dbtx, partitioned b
 	if limit > 0 {
 		lim = &limit
 	}
-	rows, err := db.Query(ctx, s.readStreamSQL(partitioned)+` LIMIT $4`, tenant, streamID, fromVersion, lim)
+	q := s.q.readStream[b2i(partitioned)]
+	rows, err := db.Query(ctx, q.SQL, q.Args(&param{Tenant: tenant, StreamID: streamID, FromVersion: fromVersion,
+		Limit: lim})...)
 	if err != nil {
 		return nil, fmt.Errorf("eventstore: read stream %q: %w", streamID, err)
 	}
@@ -86,38 +88,20 @@ func (s *PostgresStore) readStreamAs(ctx context.Context, db dbtx, partitioned b
 }
 
 // streamHead returns, in one statement on db, a stream's current version (nil when the stream does not exist) and
-// whether the events table is partitioned (partitionedSQL: this statement, unlike the cached layout, is never
-// stale). It is right whatever the table's layout, so a table converted since the store last read the layout
-// cannot make an archived stream look absent. partitioned is the layout the store knows: on a partitioned table the
+// whether the events table is partitioned (sql/events.sql, the fragment partitioned: this statement, unlike the
+// cached layout, is never stale). It is right whatever the table's layout, so a table converted since the store last
+// read the layout cannot make an archived stream look absent. partitioned is the layout the store knows: on a partitioned table the
 // stream's head in event_streams answers (one probe); an unpartitioned table does not keep heads, and its events
 // answer (one probe of the stream's index), looked at only when there is no head, so a stale layout costs a scan
 // of every partition's index only once (the layout is then recorded).
 func (s *PostgresStore) streamHead(ctx context.Context, db dbtx, partitioned bool, tenant, streamID string) (
 	*int64, bool, error) {
-	head := `(SELECT version FROM ` + s.t.streams + ` WHERE tenant_id = $2 AND stream_id = $3)`
-	if !partitioned {
-		head = `coalesce(` + head + `, (SELECT max(version) FROM ` + s.t.events +
-			` WHERE tenant_id = $2 AND stream_id = $3))`
-	}
 	var version *int64
 	var actual bool
-	err := db.QueryRow(ctx, `SELECT `+head+`, `+partitionedSQL, s.t.events, tenant, streamID).Scan(&version,
-		&actual)
+	q := s.q.streamHead[b2i(partitioned)]
+	err := db.QueryRow(ctx, q.SQL, q.Args(&param{EventsTable: s.t.events, Tenant: tenant, StreamID: streamID})...).
+		Scan(&version, &actual)
 	return version, actual, err
-}
-
-// readStreamSQL reads a stream's events from a version on ($1 tenant, $2 stream, $3 version). On a partitioned table
-// the stream's head bounds the positions, so PostgreSQL visits only the partitions between its first and its last
-// event (it prunes the others as the statement runs, from the bounds' subqueries).
-func (s *PostgresStore) readStreamSQL(partitioned bool) string {
-	cols := `SELECT position, stream_type, version, event_id, event_type, event_version, payload, metadata,
-			occurred_at, recorded_at FROM ` + s.t.events + `
-		WHERE tenant_id = $1 AND stream_id = $2 AND version >= $3`
-	if partitioned {
-		head := ` FROM ` + s.t.streams + ` WHERE tenant_id = $1 AND stream_id = $2)`
-		cols += ` AND position >= (SELECT first_position` + head + ` AND position <= (SELECT last_position` + head
-	}
-	return cols + ` ORDER BY version`
 }
 
 // archivedStream is the outcome of a stream read that found versions from..to missing: an *ArchivedError when
@@ -163,8 +147,7 @@ func (s *PostgresStore) RecordedAt(ctx context.Context, positions []int64) (map[
 	if len(positions) == 0 {
 		return out, nil
 	}
-	rows, err := s.pool.Query(ctx, `SELECT position, recorded_at FROM `+s.t.events+` WHERE position = ANY ($1)`,
-		positions)
+	rows, err := s.pool.Query(ctx, s.q.recordedAt.SQL, s.q.recordedAt.Args(&param{Positions: positions})...)
 	if err != nil {
 		return nil, fmt.Errorf("eventstore: recorded-at of %d positions: %w", len(positions), err)
 	}
@@ -191,27 +174,14 @@ func (s *PostgresStore) CountLog(ctx context.Context, q LogQuery, through int64)
 		return 0, err
 	}
 	var n int64
-	err := s.pool.QueryRow(ctx, `SELECT count(*) FROM `+s.t.events+` WHERE position > $1 AND position <= $2
-		AND ($3::text[] IS NULL OR event_type = ANY($3)) AND ($4::text[] IS NULL OR stream_type = ANY($4))
-		AND ($5::text[] IS NULL OR tenant_id = ANY($5))`, q.After, through, nilIfEmpty(q.EventTypes),
-		nilIfEmpty(q.StreamTypes), nilIfEmpty(q.Tenants)).Scan(&n)
+	c := s.q.countLog
+	err := s.pool.QueryRow(ctx, c.SQL, c.Args(&param{After: q.After, Through: through,
+		TypesIn: nilIfEmpty(q.EventTypes), StreamsIn: nilIfEmpty(q.StreamTypes), TenantsIn: nilIfEmpty(q.Tenants)})...).
+		Scan(&n)
 	if err != nil {
 		return 0, fmt.Errorf("eventstore: count the log from %d to %d: %w", q.After, through, err)
 	}
 	return n, nil
-}
-
-// saveSnapshotSQL stores a snapshot unless a newer one is stored. created_at is the writing transaction's start
-// time, like the events' recorded_at, so a snapshot is never older than the event it was taken at (Load relies on
-// it to tell a snapshot that describes another history).
-func (s *PostgresStore) saveSnapshotSQL() string {
-	return `INSERT INTO ` + s.t.snapshots + ` AS sn
-		(tenant_id, stream_id, stream_type, version, schema_version, payload)
-		VALUES ($1, $2, $3, $4, $5, $6)
-		ON CONFLICT (tenant_id, stream_id) DO UPDATE SET stream_type = EXCLUDED.stream_type,
-			version = EXCLUDED.version, schema_version = EXCLUDED.schema_version, payload = EXCLUDED.payload,
-			created_at = now()
-		WHERE sn.version <= EXCLUDED.version`
 }
 
 // SaveSnapshot implements Store. It writes through the pool, so call it only for a version that has committed:
@@ -219,8 +189,8 @@ func (s *PostgresStore) saveSnapshotSQL() string {
 // appending transaction instead).
 func (s *PostgresStore) SaveSnapshot(ctx context.Context, snap Snapshot) error {
 	snap.Tenant = tenantOrDefault(snap.Tenant)
-	_, err := s.pool.Exec(ctx, s.saveSnapshotSQL(),
-		snap.Tenant, snap.StreamID, snap.StreamType, snap.Version, snap.SchemaVersion, snap.Payload)
+	q := s.q.saveSnapshot // a newer snapshot stored is kept (sql/snapshots.sql)
+	_, err := s.pool.Exec(ctx, q.SQL, q.Args(snapshotParam(snap))...)
 	if err != nil {
 		return fmt.Errorf("eventstore: save snapshot of stream %q: %w", snap.StreamID, err)
 	}
@@ -235,8 +205,7 @@ func (s *PostgresStore) SaveSnapshotTx(ctx context.Context, tx pgx.Tx, snap Snap
 	snap.Tenant = tenantOrDefault(snap.Tenant)
 	b := &pgx.Batch{}
 	b.Queue("SAVEPOINT stagehand_snapshot")
-	b.Queue(s.saveSnapshotSQL(), snap.Tenant, snap.StreamID, snap.StreamType, snap.Version, snap.SchemaVersion,
-		snap.Payload)
+	b.Queue(s.q.saveSnapshot.SQL, s.q.saveSnapshot.Args(snapshotParam(snap))...)
 	b.Queue("RELEASE SAVEPOINT stagehand_snapshot")
 	err := tx.SendBatch(ctx, b).Close()
 	if err != nil {
@@ -248,10 +217,16 @@ func (s *PostgresStore) SaveSnapshotTx(ctx context.Context, tx pgx.Tx, snap Snap
 	return nil
 }
 
+// snapshotParam is the parameters of a snapshot's save.
+func snapshotParam(snap Snapshot) *param {
+	return &param{Tenant: snap.Tenant, StreamID: snap.StreamID, StreamType: snap.StreamType, Version: snap.Version,
+		SchemaVersion: snap.SchemaVersion, Snapshot: snap.Payload}
+}
+
 func (s *PostgresStore) loadSnapshot(ctx context.Context, db dbtx, tenant, streamID string) (Snapshot, error) {
 	snap := Snapshot{Tenant: tenantOrDefault(tenant), StreamID: streamID}
-	err := db.QueryRow(ctx, `SELECT stream_type, version, schema_version, payload, created_at
-		FROM `+s.t.snapshots+` WHERE tenant_id = $1 AND stream_id = $2`, snap.Tenant, streamID).
+	q := s.q.loadSnapshot
+	err := db.QueryRow(ctx, q.SQL, q.Args(&param{Tenant: snap.Tenant, StreamID: streamID})...).
 		Scan(&snap.StreamType, &snap.Version, &snap.SchemaVersion, &snap.Payload, &snap.CreatedAt)
 	snap.CreatedAt = snap.CreatedAt.UTC()
 	if errors.Is(err, pgx.ErrNoRows) {
@@ -279,8 +254,8 @@ func (s *PostgresStore) LoadSnapshotTx(ctx context.Context, tx pgx.Tx, tenant, s
 // DeleteSnapshot implements Store.
 func (s *PostgresStore) DeleteSnapshot(ctx context.Context, tenant, streamID string) error {
 	tenant = tenantOrDefault(tenant)
-	tag, err := s.pool.Exec(ctx, `DELETE FROM `+s.t.snapshots+` WHERE tenant_id = $1 AND stream_id = $2`, tenant,
-		streamID)
+	tag, err := s.pool.Exec(ctx, s.q.deleteSnapshot.SQL,
+		s.q.deleteSnapshot.Args(&param{Tenant: tenant, StreamID: streamID})...)
 	if err != nil {
 		return fmt.Errorf("eventstore: delete snapshot of stream %q: %w", streamID, err)
 	}

@@ -8,12 +8,14 @@ import (
 	"time"
 
 	"github.com/stagehand-es/stagehand"
+	"github.com/stagehand-es/stagehand/internal/conf"
 	"github.com/stagehand-es/stagehand/outbox"
 	"github.com/stagehand-es/stagehand/projection"
 	"github.com/stagehand-es/stagehand/staging"
 )
 
-// Defaults from the Excalibur outbox documentation ("Monitoring", AddOutboxHealthCheck).
+// Defaults of Config; the inactivity and failure-rate thresholds are those of the Excalibur outbox documentation
+// ("Monitoring", AddOutboxHealthCheck).
 const (
 	DefaultDegradedInactivity   = 2 * time.Minute
 	DefaultUnhealthyInactivity  = 5 * time.Minute
@@ -22,6 +24,12 @@ const (
 	DefaultFailureWindow        = 5 * time.Minute
 	DefaultMinDeliveries        = 20
 	DefaultTimeout              = 5 * time.Second
+	// DefaultDeadLetters is Config.DeadLetters's default.
+	DefaultDeadLetters = 1
+	// DefaultInboxDeadLetters is Config.InboxDeadLetters's default.
+	DefaultInboxDeadLetters = 1
+	// DefaultInboxFailing is Config.InboxFailing's default.
+	DefaultInboxFailing = 1
 	// DefaultUnhealthyInboxFailing is Config.UnhealthyInboxFailing's default.
 	DefaultUnhealthyInboxFailing = 100
 )
@@ -103,86 +111,56 @@ func (c *Config) withDefaults() (Config, error) {
 	if c != nil {
 		s = *c
 	}
-	bad := func(field, format string, args ...any) (Config, error) {
-		return Config{}, &ConfigError{Package: "health", Field: field, Reason: fmt.Sprintf(format, args...)}
-	}
+	check := conf.Check{Package: "health"}
 	for i, w := range s.Workers {
 		if w == nil {
-			return bad("Workers", "Workers[%d] is nil.", i)
+			check.Fail("Workers", fmt.Sprintf("Workers[%d] must not be nil", i))
 		}
 	}
-	if s.DegradedInactivity == 0 {
-		s.DegradedInactivity = DefaultDegradedInactivity
-	}
-	if s.UnhealthyInactivity == 0 {
-		s.UnhealthyInactivity = max(DefaultUnhealthyInactivity, s.DegradedInactivity)
-	}
-	switch {
-	case s.DegradedInactivity < 0:
-		return bad("DegradedInactivity", "DegradedInactivity must be positive.")
-	case s.UnhealthyInactivity < 0:
-		return bad("UnhealthyInactivity", "UnhealthyInactivity must be positive.")
-	case s.UnhealthyInactivity < s.DegradedInactivity:
-		return bad("UnhealthyInactivity", "UnhealthyInactivity (%s) cannot be less than DegradedInactivity (%s).",
-			s.UnhealthyInactivity, s.DegradedInactivity)
-	}
-	if s.DegradedFailureRate == 0 {
-		s.DegradedFailureRate = DefaultDegradedFailureRate
-	}
-	if s.UnhealthyFailureRate == 0 {
-		s.UnhealthyFailureRate = max(DefaultUnhealthyFailureRate, s.DegradedFailureRate)
-	}
-	for _, f := range []struct {
-		name string
-		v    float64
-	}{{"DegradedFailureRate", s.DegradedFailureRate}, {"UnhealthyFailureRate", s.UnhealthyFailureRate}} {
-		if math.IsNaN(f.v) || f.v <= 0 || f.v > 100 {
-			return bad(f.name, "%s must be a percentage above 0 and at most 100, not %v.", f.name, f.v)
-		}
-	}
+	check.Duration("DegradedInactivity", &s.DegradedInactivity, DefaultDegradedInactivity, 0)
+	check.Duration("UnhealthyInactivity", &s.UnhealthyInactivity,
+		max(DefaultUnhealthyInactivity, s.DegradedInactivity), 0)
+	check.AtLeast("UnhealthyInactivity", s.UnhealthyInactivity, "DegradedInactivity", s.DegradedInactivity)
+	percent(&check, "DegradedFailureRate", &s.DegradedFailureRate, DefaultDegradedFailureRate)
+	percent(&check, "UnhealthyFailureRate", &s.UnhealthyFailureRate,
+		max(DefaultUnhealthyFailureRate, s.DegradedFailureRate))
 	if s.UnhealthyFailureRate < s.DegradedFailureRate {
-		return bad("UnhealthyFailureRate", "UnhealthyFailureRate (%v%%) cannot be less than DegradedFailureRate (%v%%).",
-			s.UnhealthyFailureRate, s.DegradedFailureRate)
+		check.Fail("UnhealthyFailureRate", "must not be below DegradedFailureRate")
 	}
-	switch {
-	case s.FailureWindow == 0:
-		s.FailureWindow = DefaultFailureWindow
-	case s.FailureWindow < time.Second:
-		return bad("FailureWindow", "FailureWindow must be at least 1s.")
-	}
-	switch {
-	case s.MinDeliveries == 0:
-		s.MinDeliveries = DefaultMinDeliveries
-	case s.MinDeliveries < 0:
-		return bad("MinDeliveries", "MinDeliveries cannot be negative.")
-	}
-	if s.DeadLetters == 0 {
-		s.DeadLetters = 1
-	}
-	if s.InboxDeadLetters == 0 {
-		s.InboxDeadLetters = 1
-	}
-	if s.InboxFailing == 0 {
-		s.InboxFailing = 1
-	}
-	if s.UnhealthyInboxFailing == 0 {
-		s.UnhealthyInboxFailing = max(DefaultUnhealthyInboxFailing, s.InboxFailing)
+	check.Duration("FailureWindow", &s.FailureWindow, DefaultFailureWindow, time.Second)
+	check.NonNegativeInt("MinDeliveries", &s.MinDeliveries, DefaultMinDeliveries)
+	for _, f := range []struct {
+		v   *int64
+		def int64
+	}{{&s.DeadLetters, DefaultDeadLetters}, {&s.InboxDeadLetters, DefaultInboxDeadLetters},
+		{&s.InboxFailing, DefaultInboxFailing},
+		{&s.UnhealthyInboxFailing, max(DefaultUnhealthyInboxFailing, s.InboxFailing)}} {
+		if *f.v == 0 {
+			*f.v = f.def // negative: never
+		}
 	}
 	if s.InboxFailing > 0 && s.UnhealthyInboxFailing > 0 && s.UnhealthyInboxFailing < s.InboxFailing {
-		return bad("UnhealthyInboxFailing", "UnhealthyInboxFailing (%d) cannot be less than InboxFailing (%d).",
-			s.UnhealthyInboxFailing, s.InboxFailing)
+		check.Fail("UnhealthyInboxFailing", "must not be below InboxFailing")
 	}
-	switch {
-	case s.Timeout == 0:
-		s.Timeout = DefaultTimeout
-	case s.Timeout < 0:
-		return bad("Timeout", "Timeout cannot be negative.")
-	}
+	check.NonNegativeDuration("Timeout", &s.Timeout, DefaultTimeout)
 	if s.Clock == nil {
 		s.Clock = time.Now
 	}
 	if s.Logger == nil {
 		s.Logger = slog.New(slog.DiscardHandler)
 	}
+	if err := check.Err(); err != nil {
+		return Config{}, err
+	}
 	return s, nil
+}
+
+// percent gives a zero *v the default def and checks that it is a percentage above 0 and at most 100.
+func percent(check *conf.Check, field string, v *float64, def float64) {
+	if *v == 0 {
+		*v = def
+	}
+	if math.IsNaN(*v) || *v <= 0 || *v > 100 {
+		check.Fail(field, "must be a percentage above 0 and at most 100")
+	}
 }

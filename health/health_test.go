@@ -76,21 +76,25 @@ func TestConfigValidation(t *testing.T) {
 	require.Equal(t, health.Healthy, c.Check(context.Background()).Status, "watching nothing is healthy")
 
 	cases := []struct {
-		field string
-		cfg   health.Config
+		field, reason string
+		cfg           health.Config
 	}{
-		{"DegradedInactivity", health.Config{DegradedInactivity: -time.Second}},
-		{"UnhealthyInactivity", health.Config{UnhealthyInactivity: -time.Second}},
-		{"UnhealthyInactivity", health.Config{DegradedInactivity: 3 * time.Minute, UnhealthyInactivity: time.Minute}},
-		{"DegradedFailureRate", health.Config{DegradedFailureRate: -1}},
-		{"DegradedFailureRate", health.Config{DegradedFailureRate: 101}},
-		{"UnhealthyFailureRate", health.Config{UnhealthyFailureRate: 250}},
-		{"UnhealthyFailureRate", health.Config{DegradedFailureRate: 10, UnhealthyFailureRate: 5}},
-		{"FailureWindow", health.Config{FailureWindow: time.Millisecond}},
-		{"MinDeliveries", health.Config{MinDeliveries: -1}},
-		{"Timeout", health.Config{Timeout: -time.Second}},
-		{"Workers", health.Config{Workers: []health.Worker{nil}}},
-		{"UnhealthyInboxFailing", health.Config{InboxFailing: 10, UnhealthyInboxFailing: 5}},
+		{"DegradedInactivity", "must be positive", health.Config{DegradedInactivity: -time.Second}},
+		{"UnhealthyInactivity", "must be positive", health.Config{UnhealthyInactivity: -time.Second}},
+		{"UnhealthyInactivity", "must be at least DegradedInactivity",
+			health.Config{DegradedInactivity: 3 * time.Minute, UnhealthyInactivity: time.Minute}},
+		{"DegradedFailureRate", "must be a percentage above 0 and at most 100", health.Config{DegradedFailureRate: -1}},
+		{"DegradedFailureRate", "must be a percentage above 0 and at most 100", health.Config{DegradedFailureRate: 101}},
+		{"UnhealthyFailureRate", "must be a percentage above 0 and at most 100",
+			health.Config{UnhealthyFailureRate: 250}},
+		{"UnhealthyFailureRate", "must not be below DegradedFailureRate",
+			health.Config{DegradedFailureRate: 10, UnhealthyFailureRate: 5}},
+		{"FailureWindow", "must be at least 1s", health.Config{FailureWindow: time.Millisecond}},
+		{"MinDeliveries", "must not be negative", health.Config{MinDeliveries: -1}},
+		{"Timeout", "must not be negative", health.Config{Timeout: -time.Second}},
+		{"Workers", "Workers[0] must not be nil", health.Config{Workers: []health.Worker{nil}}},
+		{"UnhealthyInboxFailing", "must not be below InboxFailing",
+			health.Config{InboxFailing: 10, UnhealthyInboxFailing: 5}},
 	}
 	for _, tc := range cases {
 		_, err := health.New(&tc.cfg)
@@ -98,6 +102,7 @@ func TestConfigValidation(t *testing.T) {
 		var ce *health.ConfigError
 		require.ErrorAs(t, err, &ce)
 		require.Equal(t, tc.field, ce.Field, "%+v", tc.cfg)
+		require.Equal(t, tc.reason, ce.Reason, "%+v", tc.cfg)
 		require.Contains(t, err.Error(), tc.field)
 	}
 

@@ -131,16 +131,46 @@ func (o *Outbox) QueueStage(ctx context.Context, b *pgx.Batch, opts *StageOption
 	if err != nil {
 		return nil, err
 	}
+	settings := o.queueStagePrelude(b, &opt, &a)
+	st := o.q.staging
+	if opt.Source != nil {
+		if st, err = o.sourcedStatements(opt.Source); err != nil {
+			return nil, err
+		}
+	}
+	stmt, args := stagingStatement(st, &opt, &a)
+	b.Queue(stmt, args...).Exec(func(ct pgconn.CommandTag) error {
+		staged.n += int(ct.RowsAffected())
+		return nil
+	})
+	if !opt.NewIDs {
+		// The recheck (see stageRecheckOne) follows unless the IDs are new by construction.
+		recheck, recheckArgs := o.q.stageRecheckMany, []any{a.ids, a.topics, a.tenants}
+		if len(a.ids) == 1 {
+			recheck, recheckArgs = o.q.stageRecheckOne, []any{a.ids[0], a.topics[0], a.tenants[0]}
+		}
+		b.Queue(recheck, recheckArgs...).Exec(func(ct pgconn.CommandTag) error {
+			staged.n -= int(ct.RowsAffected())
+			return nil
+		})
+	}
+	o.queueStageEnd(ctx, b, staged, settings && !opt.EndsTransaction)
+	return staged, nil
+}
+
+// queueStagePrelude queues what goes before the staging statement: the asynchronous commit, the watermark's row
+// lock, and the transaction-local settings the staging statements run under (generic plans, index access only: see
+// stagePrelude) with the key locks, saving the caller's settings first unless the transaction ends with the staging.
+// A single message staged at the end of its transaction needs only generic plans (lockKeyGeneric): its statements
+// take scalar arguments and every probe has an index that fits it exactly. It reports whether the settings were
+// changed.
+func (o *Outbox) queueStagePrelude(b *pgx.Batch, opt *StageOptions, a *stageArgs) bool {
 	if opt.AsyncCommit {
 		b.Queue(o.q.asyncCommit)
 	}
 	if opt.Watermark != "" {
 		b.Queue(o.q.watermarkForShare, opt.Watermark) // before the key locks (see Watermark)
 	}
-	// The staging statements run under transaction-local settings (generic plans, index access only: see
-	// stagePrelude), which are put back afterwards unless the transaction ends with the staging. A single message
-	// staged at the end of its transaction needs only generic plans (lockKeyGeneric): its statements take scalar
-	// arguments and every probe has an index that fits it exactly.
 	settings := len(a.ids) > 1 || !opt.EndsTransaction && len(a.locks) > 0
 	switch {
 	case settings:
@@ -151,37 +181,14 @@ func (o *Outbox) QueueStage(ctx context.Context, b *pgx.Batch, opts *StageOption
 	case len(a.locks) == 1:
 		b.Queue(o.q.lockKeyGeneric, a.locks[0])
 	}
-	st := o.q.staging
-	if opt.Source != nil {
-		if st, err = o.sourcedStatements(opt.Source); err != nil {
-			return nil, err
-		}
-	}
-	// One message goes with scalar arguments, several with arrays; the recheck (see stageRecheckOne) follows
-	// unless the IDs are new by construction.
-	var stmt string
-	var args []any
-	recheck, recheckArgs := o.q.stageRecheckMany, []any{a.ids, a.topics, a.tenants}
-	if len(a.ids) == 1 {
-		recheck, recheckArgs = o.q.stageRecheckOne, []any{a.ids[0], a.topics[0], a.tenants[0]}
-		one := st.one
-		switch {
-		case opt.NewIDs && opt.Source != nil && a.one.Causation == opt.Source.LastEventID:
-			// Caused by the append's last event (the usual case): no lookup by event ID in the statement.
-			one = st.oneLastNew
-		case opt.Source != nil && a.one.Causation == opt.Source.LastEventID:
-			one = st.oneLast
-		case opt.NewIDs:
-			one = st.oneNew
-		case opt.Watermark != "":
-			one = st.oneAfter
-		}
-		if opt.Source != nil {
-			a.one.LastEventID = opt.Source.LastEventID
-		}
-		a.one.Watermark = opt.Watermark
-		stmt, args = one.SQL, one.Args(&a.one)
-	} else {
+	return settings
+}
+
+// stagingStatement picks the staging statement of st for the call, and its arguments: one message goes with scalar
+// arguments, several with arrays; the variant follows the options (new IDs, the append's last event as the cause,
+// a watermark).
+func stagingStatement(st stagingStatements, opt *StageOptions, a *stageArgs) (string, []any) {
+	if len(a.ids) != 1 {
 		many := st.many
 		switch {
 		case opt.NewIDs:
@@ -193,23 +200,34 @@ func (o *Outbox) QueueStage(ctx context.Context, b *pgx.Batch, opts *StageOption
 			a.many.LastEventID = opt.Source.LastEventID
 		}
 		a.many.Watermark = opt.Watermark
-		stmt, args = many.SQL, many.Args(&a.many)
+		return many.SQL, many.Args(&a.many)
 	}
-	b.Queue(stmt, args...).Exec(func(ct pgconn.CommandTag) error {
-		staged.n += int(ct.RowsAffected())
-		return nil
-	})
-	if !opt.NewIDs {
-		b.Queue(recheck, recheckArgs...).Exec(func(ct pgconn.CommandTag) error {
-			staged.n -= int(ct.RowsAffected())
-			return nil
-		})
+	one := st.one
+	switch {
+	case opt.NewIDs && opt.Source != nil && a.one.Causation == opt.Source.LastEventID:
+		// Caused by the append's last event (the usual case): no lookup by event ID in the statement.
+		one = st.oneLastNew
+	case opt.Source != nil && a.one.Causation == opt.Source.LastEventID:
+		one = st.oneLast
+	case opt.NewIDs:
+		one = st.oneNew
+	case opt.Watermark != "":
+		one = st.oneAfter
 	}
+	if opt.Source != nil {
+		a.one.LastEventID = opt.Source.LastEventID
+	}
+	a.one.Watermark = opt.Watermark
+	return one.SQL, one.Args(&a.one)
+}
+
+// queueStageEnd puts the caller's settings back when restore is set, and counts the staged messages once every
+// statement of the staging has run (the last one's callback runs last).
+func (o *Outbox) queueStageEnd(ctx context.Context, b *pgx.Batch, staged *Staged, restore bool) {
 	last := b.QueuedQueries[len(b.QueuedQueries)-1]
-	if settings && !opt.EndsTransaction {
+	if restore {
 		last = b.Queue(o.q.stageRestore)
 	}
-	// Count once every statement of the staging has run (the last one's callback runs last).
 	prev := last.Fn
 	last.Fn = func(br pgx.BatchResults) error {
 		var err error
@@ -223,7 +241,6 @@ func (o *Outbox) QueueStage(ctx context.Context, b *pgx.Batch, opts *StageOption
 		}
 		return err
 	}
-	return staged, nil
 }
 
 // sourcedStatements returns the staging statements that take source positions from an event store's append

@@ -91,6 +91,13 @@ func (c *Check) AtLeast(field string, v time.Duration, other string, floor time.
 	}
 }
 
+// AtMost checks that the duration field v is not above ceiling.
+func (c *Check) AtMost(field string, v, ceiling time.Duration) {
+	if v > ceiling {
+		c.Fail(field, "must be at most "+ceiling.String())
+	}
+}
+
 // Fraction gives a zero *v the default def and checks 0 <= *v <= 1.
 func (c *Check) Fraction(field string, v *float64, def float64) {
 	if *v == 0 {

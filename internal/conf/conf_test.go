@@ -46,6 +46,7 @@ func TestCheckAppliesDefaultsAndKeepsTheFirstBrokenRule(t *testing.T) {
 		{func(c *conf.Check) { v := -time.Second; c.NonNegativeDuration("D", &v, time.Second) }, "D",
 			"must not be negative"},
 		{func(c *conf.Check) { c.AtLeast("Max", time.Second, "Min", time.Minute) }, "Max", "must be at least Min"},
+		{func(c *conf.Check) { c.AtMost("Max", time.Hour+1, time.Hour) }, "Max", "must be at most 1h0m0s"},
 		{func(c *conf.Check) { v := math.NaN(); c.Fraction("F", &v, 0.2) }, "F", "must be between 0 and 1"},
 		{func(c *conf.Check) { v := 1.5; c.Fraction("F", &v, 0.2) }, "F", "must be between 0 and 1"},
 		{func(c *conf.Check) { v := "  "; c.Text("S", &v, "x", nil) }, "S", "must not be blank"},
