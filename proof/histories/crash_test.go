@@ -61,7 +61,7 @@ func TestCrashesUnderNetworkFaults(t *testing.T) {
 			return err
 		}
 		cfg := histories.PipelineRunConfig{Seed: runSeed(t), DatabaseURL: srv.URL(), Schema: schema, Admin: admin,
-			Duration: 6 * time.Second, RestartPostgres: restart, WorkerCommand: []string{os.Args[0], "-test.run=^$"},
+			Duration: 5 * time.Second, RestartPostgres: restart, WorkerCommand: []string{os.Args[0], "-test.run=^$"},
 			Logger: verboseLogger()}
 		if full {
 			cfg.Producers, cfg.Keys, cfg.Partitions, cfg.Duration = 6, 24, 4, 3*time.Minute
