@@ -39,7 +39,7 @@ func TestCrashesUnderNetworkFaults(t *testing.T) {
 			return err
 		}
 		cfg := histories.StreamRunConfig{Seed: runSeed(t), DatabaseURL: srv.URL(), Schema: schema, Admin: admin,
-			Duration: 4 * time.Second, RestartPostgres: restart, Logger: verboseLogger()}
+			Duration: 3 * time.Second, RestartPostgres: restart, Logger: verboseLogger()}
 		if full {
 			cfg.Clients, cfg.Streams, cfg.Duration = 10, 5, 3*time.Minute
 		}
@@ -61,7 +61,7 @@ func TestCrashesUnderNetworkFaults(t *testing.T) {
 			return err
 		}
 		cfg := histories.PipelineRunConfig{Seed: runSeed(t), DatabaseURL: srv.URL(), Schema: schema, Admin: admin,
-			Duration: 5 * time.Second, RestartPostgres: restart, WorkerCommand: []string{os.Args[0], "-test.run=^$"},
+			Duration: 4 * time.Second, RestartPostgres: restart, WorkerCommand: []string{os.Args[0], "-test.run=^$"},
 			Logger: verboseLogger()}
 		if full {
 			cfg.Producers, cfg.Keys, cfg.Partitions, cfg.Duration = 6, 24, 4, 3*time.Minute

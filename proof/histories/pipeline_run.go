@@ -392,7 +392,11 @@ func RunPipeline(ctx context.Context, cfg PipelineRunConfig) (PipelineRun, error
 	n := &nemesis{faultEvery: cfg.FaultEvery, logger: cfg.Logger, admin: cfg.Admin, proxy: proxy,
 		rng: rand.New(rand.NewPCG(cfg.Seed, 1)), appPrefix: appPrefix, faults: map[string]int{},
 		broker: brk.Proxy, saveApps: appPrefix + "-producer", restart: cfg.RestartPostgres,
-		clock: func() time.Duration { return time.Since(p.rec.start) }}
+		clock: func() time.Duration { return time.Since(p.rec.start) },
+		acked: func(since time.Duration) int {
+			saves, _ := PipelineRun{History: p.rec.History(), LastCrash: since}.AfterLastCrash()
+			return saves
+		}}
 	if wk != nil {
 		n.crashWorker = wk.kill
 	}

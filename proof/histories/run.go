@@ -196,7 +196,10 @@ func RunStreams(ctx context.Context, cfg StreamRunConfig) (StreamRun, error) {
 
 	n := &nemesis{faultEvery: cfg.FaultEvery, logger: cfg.Logger, admin: cfg.Admin, proxy: proxy,
 		rng: rand.New(rand.NewPCG(cfg.Seed, 1)), appPrefix: appPrefix, faults: map[string]int{},
-		restart: cfg.RestartPostgres, clock: func() time.Duration { return time.Since(rec.start) }}
+		restart: cfg.RestartPostgres, clock: func() time.Duration { return time.Since(rec.start) },
+		acked: func(since time.Duration) int {
+			return StreamRun{History: rec.History(), LastCrash: since}.AfterLastCrash()
+		}}
 	runCtx, stop, nemesisDone := n.start(ctx, cfg.Duration)
 	defer stop()
 	var wg sync.WaitGroup
@@ -421,14 +424,20 @@ type nemesis struct {
 	// clock reads the history's clock; lastCrash is when the last crash ended on it.
 	clock     func() time.Duration
 	lastCrash time.Duration
-	// crashEvery is the mean time between two crashes after the first of each kind. Default 2s.
+	// crashEvery is the mean time between two crashes of a kind after its first. Default 2s.
 	crashEvery time.Duration
+	// acked counts the operations acknowledged (saves, appends) invoked at or after since on the history's clock.
+	acked func(since time.Duration) int
 
 	mu sync.Mutex // faults, injected, crashes, lastCrash: the crashes run beside the network faults
 	// injected counts the faults by kind.
 	injected map[int]int
 	crashes  []Crash
 }
+
+// minAckedAfterCrash is how many operations a run with crashes goes on for, after its last crash, to see
+// acknowledged.
+const minAckedAfterCrash = 3
 
 // Crash is one crash the nemesis injected: its kind, and when it began and ended on the history's clock.
 type Crash struct {
@@ -486,33 +495,47 @@ func (n *nemesis) kinds() (network, crashes []int) {
 }
 
 // start starts the nemesis for a run of duration d. It returns the run's context, which ends once d has passed
-// and, when the nemesis crashes things, its crashes have ended and d/4 more has passed (so the run saves under the
-// network faults alone after the last crash), its cancel function, and a channel closed when the nemesis has
-// stopped. The crashes begin only in the first half of d.
+// and, when the nemesis crashes things, its crashes have ended and max(d/4, 2s) more has passed (so the run saves
+// under the network faults alone after the last crash) and the run has acknowledged minAckedAfterCrash operations
+// invoked after the last crash ended (for at most a minute more), its cancel function, and a channel closed when the
+// nemesis has stopped. The crashes begin only in the first half of d.
 func (n *nemesis) start(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc, <-chan struct{}) {
 	n.injected = map[int]int{}
 	network, crashes := n.kinds()
 	runCtx, end := context.WithCancel(ctx)
-	crashesDone, done := make(chan struct{}), make(chan struct{})
-	if len(crashes) > 0 {
-		n.crashesUntil = d / 2
-		crng := rand.New(rand.NewPCG(n.rng.Uint64(), 2))
+	done := make(chan struct{})
+	var crashing sync.WaitGroup
+	n.crashesUntil = d / 2
+	for _, kind := range crashes {
+		crng := rand.New(rand.NewPCG(n.rng.Uint64(), uint64(kind)))
+		crashing.Add(1)
 		// On ctx, not runCtx: the crashes end by themselves, and the run's end waits for them.
-		go func() { defer close(crashesDone); n.runCrashes(ctx, crng, crashes) }()
-	} else {
-		close(crashesDone)
+		go func() { defer crashing.Done(); n.runCrashes(ctx, crng, kind) }()
 	}
 	go func() {
-		if sleep(ctx, d) && len(crashes) > 0 {
-			<-crashesDone
-			sleep(ctx, d/4)
+		defer end()
+		if !sleep(ctx, d) || len(crashes) == 0 {
+			return
 		}
-		end()
+		crashing.Wait()
+		if !sleep(ctx, max(d/4, 2*time.Second)) || n.acked == nil {
+			return
+		}
+		// On a loaded machine a run may not have acknowledged anything yet since the last crash: it goes on until
+		// it has (or a minute has passed), which the test then asserts.
+		for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); {
+			n.mu.Lock()
+			last := n.lastCrash
+			n.mu.Unlock()
+			if n.acked(last) >= minAckedAfterCrash || !sleep(ctx, 50*time.Millisecond) {
+				return
+			}
+		}
 	}()
 	go func() {
 		defer close(done)
 		n.run(runCtx, network)
-		<-crashesDone
+		crashing.Wait()
 	}()
 	return runCtx, end, done
 }
@@ -540,31 +563,20 @@ func (n *nemesis) run(ctx context.Context, network []int) {
 	}
 }
 
-// runCrashes injects the crashes beside the network faults: each kind once, in a seeded order, at a random time
-// in its share of the first crashesUntil of the run (after the crash before it ended), then one at random about
-// every crashEvery until crashesUntil has passed.
-func (n *nemesis) runCrashes(ctx context.Context, rng *rand.Rand, kinds []int) {
+// runCrashes injects crashes of one kind beside the network faults and the other kind's crashes: the first at a
+// random time in the first crashesUntil of the run, then one about every crashEvery until crashesUntil has
+// passed.
+func (n *nemesis) runCrashes(ctx context.Context, rng *rand.Rand, kind int) {
 	began := time.Now()
-	until := n.crashesUntil
 	every := cmp.Or(n.crashEvery, 2*time.Second)
-	share := until / time.Duration(len(kinds))
-	order := slices.Clone(kinds)
-	rng.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
-	for i, kind := range order {
-		at := time.Duration(i)*share + time.Duration(rng.Int64N(int64(share)))
-		if !sleep(ctx, time.Until(began.Add(at))) {
-			return
-		}
-		n.crash(ctx, kind)
+	if !sleep(ctx, time.Duration(rng.Int64N(int64(n.crashesUntil)))) {
+		return
 	}
 	for {
-		if !sleep(ctx, time.Duration(rng.Int64N(int64(2*every)))) {
+		n.crash(ctx, kind)
+		if !sleep(ctx, time.Duration(rng.Int64N(int64(2*every)))) || time.Since(began) > n.crashesUntil {
 			return
 		}
-		if time.Since(began) > until {
-			return
-		}
-		n.crash(ctx, kinds[rng.IntN(len(kinds))])
 	}
 }
 

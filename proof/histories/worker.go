@@ -325,14 +325,14 @@ func (w *workers) waitReady(ctx context.Context, timeout time.Duration) error {
 	}
 }
 
-// kill waits (up to a few seconds) for the current worker to be working, kills it with SIGKILL, waits for it
+// kill waits (up to 3 s) for the current worker to be working, kills it with SIGKILL, waits for it
 // to end and starts another. It returns the fault's name.
 func (w *workers) kill(ctx context.Context) (string, error) {
 	w.mu.Lock()
 	wp := w.cur
 	w.mu.Unlock()
 	// Kill it at work: once it is ready and has handled something (or a few seconds have passed).
-	wait, cancel := context.WithTimeout(ctx, 5*time.Second)
+	wait, cancel := context.WithTimeout(ctx, 3*time.Second)
 	select {
 	case <-wp.ready:
 	case <-wait.Done():
