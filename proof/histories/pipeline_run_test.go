@@ -76,7 +76,8 @@ func checkPipelineRun(t *testing.T, cfg histories.PipelineRunConfig) histories.P
 		}
 	}()
 	seed := cfg.Seed
-	ctx, cancel := context.WithTimeout(context.Background(), cfg.Duration+5*time.Minute)
+	budget := cfg.Duration + max(cfg.DrainTimeout, 2*time.Minute) + 3*time.Minute
+	ctx, cancel := context.WithTimeout(context.Background(), budget)
 	defer cancel()
 	run, err := histories.RunPipeline(ctx, cfg)
 	if err != nil {

@@ -313,18 +313,22 @@ func (c *streamClient) load(ctx context.Context, stream string) {
 
 // finalLoad loads stream until a load succeeds (the faults have stopped).
 func (c *streamClient) finalLoad(ctx context.Context, stream string) error {
+	var last string
 	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); {
 		c.load(ctx, stream)
 		h := c.rec.History()
 		if h[len(h)-1].Outcome == OK {
 			return nil
 		}
+		last = h[len(h)-1].Err
 		if err := ctx.Err(); err != nil {
 			return err
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	return fmt.Errorf("histories: the final load of %s kept failing", stream)
+	st := c.pool.Stat()
+	return fmt.Errorf("histories: the final load of %s kept failing for 30s (pool: %d connections, %d acquired, "+
+		"%d idle); last error: %s", stream, st.TotalConns(), st.AcquiredConns(), st.IdleConns(), last)
 }
 
 func (c *streamClient) append(ctx context.Context, stream string) {
