@@ -160,9 +160,11 @@ type PipelineRun struct {
 	Drops       map[string]AppFaults
 	BrokerProxy *ProxyStats
 	// Drained reports that every committed message had an effect and the projection caught up before
-	// DrainTimeout; Drain is how long that took.
-	Drained bool
-	Drain   time.Duration
+	// DrainTimeout; Drain is how long that took, DrainEffects and DrainProjection how long each of the two took
+	// (zero when it did not happen).
+	Drained                       bool
+	Drain                         time.Duration
+	DrainEffects, DrainProjection time.Duration
 	// Broker names the broker.
 	Broker string
 	// Stall describes the outbox when the run did not drain: its rows by state and their last errors.
@@ -185,8 +187,9 @@ func (r PipelineRun) Summary() string {
 	fmt.Fprintf(&b, "broker: %s\n", r.Broker)
 	fmt.Fprintf(&b, "operations: %s\n", FormatCounts(r.History))
 	fmt.Fprintf(&b, "faults: %s\n", formatMap(r.Faults))
-	fmt.Fprintf(&b, "committed: %d saves, %d events, %d effects; drained=%v in %s\n", len(r.Committed), len(r.Log),
-		sum(r.Final), r.Drained, r.Drain.Round(time.Millisecond))
+	fmt.Fprintf(&b, "committed: %d saves, %d events, %d effects; drained=%v in %s (effects in %s, projection in %s)\n",
+		len(r.Committed), len(r.Log), sum(r.Final), r.Drained, r.Drain.Round(time.Millisecond),
+		r.DrainEffects.Round(time.Millisecond), r.DrainProjection.Round(time.Millisecond))
 	var drops []string
 	for _, c := range slices.Sorted(maps.Keys(r.Drops)) {
 		drops = append(drops, fmt.Sprintf("%s %d/%d", c, r.Drops[c].CommitReplies, r.Drops[c].CommitRequests))
@@ -423,7 +426,7 @@ func RunPipeline(ctx context.Context, cfg PipelineRunConfig) (PipelineRun, error
 	run := PipelineRun{Broker: brk.Name}
 	run.Faults, run.Missing, run.Crashes, run.LastCrash = n.results()
 	began := time.Now()
-	run.Drained, err = p.drain(ctx, cfg.DrainTimeout)
+	run.Drained, err = p.drain(ctx, cfg.DrainTimeout, &run)
 	run.Drain = time.Since(began)
 	if wk != nil {
 		s := wk.stop()
@@ -889,8 +892,9 @@ func (pr *producer) save(ctx context.Context, c *counter) {
 
 // drain waits until every message of the committed log has an effect and the projection has applied every
 // counter event, reading the committed state straight from the server, or until timeout.
-func (p *pipeline) drain(ctx context.Context, timeout time.Duration) (bool, error) {
-	deadline := time.Now().Add(timeout)
+func (p *pipeline) drain(ctx context.Context, timeout time.Duration, out *PipelineRun) (bool, error) {
+	began := time.Now()
+	deadline := began.Add(timeout)
 	for {
 		var run PipelineRun
 		if err := p.readBack(ctx, &run); err != nil {
@@ -900,7 +904,14 @@ func (p *pipeline) drain(ctx context.Context, timeout time.Duration) (bool, erro
 		if err != nil {
 			return false, err
 		}
-		if p.drained(run, rm) {
+		projected, handled := p.drained(run, rm)
+		if projected && out.DrainProjection == 0 {
+			out.DrainProjection = time.Since(began)
+		}
+		if handled && out.DrainEffects == 0 {
+			out.DrainEffects = time.Since(began)
+		}
+		if projected && handled {
 			return true, nil
 		}
 		if time.Now().After(deadline) {
@@ -912,22 +923,26 @@ func (p *pipeline) drain(ctx context.Context, timeout time.Duration) (bool, erro
 	}
 }
 
-func (p *pipeline) drained(run PipelineRun, rm map[string]int64) bool {
+// drained reports whether the projection has applied every counter event of the committed log, and whether every
+// message of it has an effect.
+func (p *pipeline) drained(run PipelineRun, rm map[string]int64) (projected, handled bool) {
 	perKey := map[string]int64{}
 	for _, e := range run.Log {
 		perKey[e.Key]++
 	}
+	projected = true
 	for k, n := range perKey {
 		if rm[k] != n {
-			return false
+			projected = false
 		}
 	}
+	handled = true
 	for id := range run.expected {
 		if run.Final[id] == 0 {
-			return false
+			handled = false
 		}
 	}
-	return true
+	return projected, handled
 }
 
 func (p *pipeline) readModelNow(ctx context.Context) (map[string]int64, error) {
