@@ -110,6 +110,17 @@ func (r *Recorder) Invoke(process int, kind, key string, input any) Invocation {
 	return Invocation{r: r, i: i}
 }
 
+// invokeAt is Invoke for an operation another process invoked at wall-clock time at (a worker process reports
+// its operations with the times it read; both processes read the same system clock).
+func (r *Recorder) invokeAt(at time.Time, process int, kind, key string, input any) Invocation {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	i := len(r.ops)
+	r.ops = append(r.ops, Op{Index: i, Process: process, Kind: kind, Key: key, Input: input,
+		Invoke: max(0, at.Round(0).Sub(r.start.Round(0)))})
+	return Invocation{r: r, i: i}
+}
+
 // OK records that the operation took effect with output.
 func (inv Invocation) OK(output any) { inv.complete(OK, output, nil) }
 
@@ -120,6 +131,11 @@ func (inv Invocation) Fail(output any, err error) { inv.complete(Fail, output, e
 func (inv Invocation) Info(err error) { inv.complete(Info, nil, err) }
 
 func (inv Invocation) complete(o Outcome, output any, err error) {
+	inv.completeAt(time.Time{}, o, output, err)
+}
+
+// completeAt completes the operation at wall-clock time at (now when zero), never before its invocation.
+func (inv Invocation) completeAt(at time.Time, o Outcome, output any, err error) {
 	inv.r.mu.Lock()
 	defer inv.r.mu.Unlock()
 	op := &inv.r.ops[inv.i]
@@ -127,6 +143,9 @@ func (inv Invocation) complete(o Outcome, output any, err error) {
 		panic(fmt.Sprintf("histories: operation %d completed twice", inv.i)) // a bug in the workload, not input
 	}
 	op.Outcome, op.Output, op.Complete = o, output, time.Since(inv.r.start)
+	if !at.IsZero() {
+		op.Complete = max(op.Invoke, at.Round(0).Sub(inv.r.start.Round(0)))
+	}
 	if err != nil {
 		op.Err = err.Error()
 	}

@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"os/user"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -22,17 +23,21 @@ import (
 // PgBouncer is a throwaway PgBouncer (Debian's pgbouncer package) in front of one PostgreSQL server, in transaction
 // pooling mode unless told otherwise: a child process with its own configuration in a temporary directory, on a
 // free port of 127.0.0.1, trusting every user of the server (auth_type trust). When this process runs as root it
-// runs as the postgres user (PgBouncer refuses to run as root). Stop it when done; it is killed if this process
-// dies first.
+// runs as the postgres user (PgBouncer refuses to run as root). When it exits on its own it is started again on
+// the same port, as a service manager would (Crashes lists how it ended each time). Stop it when done; it is
+// killed if this process dies first.
 type PgBouncer struct {
-	dir  string
-	port int
-	url  string
-	cmd  *exec.Cmd
+	dir    string
+	port   int
+	url    string
+	newCmd func() *exec.Cmd
 
-	mu     sync.Mutex
-	done   chan struct{}
-	output strings.Builder
+	mu       sync.Mutex
+	cmd      *exec.Cmd
+	stopping bool
+	crashes  []string
+	done     chan struct{}
+	output   strings.Builder
 }
 
 // PgBouncerOptions configure StartPgBouncer.
@@ -114,28 +119,31 @@ ignore_startup_parameters = extra_float_digits,options
 			return nil, fmt.Errorf("histories: %w", err)
 		}
 	}
-	cmd := exec.Command(bin, filepath.Join(dir, "pgbouncer.ini"))
-	cmd.Dir = dir
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	var cred *syscall.Credential
 	if os.Geteuid() == 0 {
-		cred, err := postgresUser()
-		if err != nil {
+		if cred, err = postgresUser(); err != nil {
 			_ = os.RemoveAll(dir)
 			return nil, err
 		}
-		cmd.SysProcAttr.Credential = cred
 		if err := os.Chmod(dir, 0o755); err != nil {
 			_ = os.RemoveAll(dir)
 			return nil, fmt.Errorf("histories: %w", err)
 		}
 	}
-	cmd.Stdout, cmd.Stderr = (*bouncerLog)(b), (*bouncerLog)(b)
+	b.newCmd = func() *exec.Cmd {
+		cmd := exec.Command(bin, filepath.Join(dir, "pgbouncer.ini"))
+		cmd.Dir = dir
+		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Credential: cred}
+		cmd.Stdout, cmd.Stderr = (*bouncerLog)(b), (*bouncerLog)(b)
+		return cmd
+	}
+	cmd := b.newCmd()
 	if err := cmd.Start(); err != nil {
 		_ = os.RemoveAll(dir)
 		return nil, fmt.Errorf("histories: start pgbouncer: %w", err)
 	}
 	b.cmd = cmd
-	go func() { _ = cmd.Wait(); close(b.done) }()
+	go b.supervise(cmd)
 	u.Host = net.JoinHostPort("127.0.0.1", strconv.Itoa(listen))
 	q := u.Query()
 	q.Set("sslmode", "disable")
@@ -163,6 +171,44 @@ func postgresUser() (*syscall.Credential, error) {
 		return nil, fmt.Errorf("histories: %w", err)
 	}
 	return &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}, nil
+}
+
+// supervise waits for PgBouncer to exit, and starts it again unless Stop ended it.
+func (b *PgBouncer) supervise(cmd *exec.Cmd) {
+	for {
+		_ = cmd.Wait()
+		b.mu.Lock()
+		if b.stopping {
+			b.mu.Unlock()
+			close(b.done)
+			return
+		}
+		b.crashes = append(b.crashes, cmd.ProcessState.String())
+		b.mu.Unlock()
+		time.Sleep(100 * time.Millisecond)
+		next := b.newCmd()
+		if err := next.Start(); err != nil {
+			b.mu.Lock()
+			b.crashes = append(b.crashes, "could not start it again: "+err.Error())
+			b.mu.Unlock()
+			close(b.done)
+			return
+		}
+		b.mu.Lock()
+		b.cmd = next
+		if b.stopping {
+			_ = next.Process.Kill()
+		}
+		b.mu.Unlock()
+		cmd = next
+	}
+}
+
+// Crashes lists how PgBouncer ended each time it exited on its own (it was started again after each).
+func (b *PgBouncer) Crashes() []string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return slices.Clone(b.crashes)
 }
 
 type bouncerLog PgBouncer
@@ -216,12 +262,18 @@ func (b *PgBouncer) Addr() string { return net.JoinHostPort("127.0.0.1", strconv
 
 // Stop stops PgBouncer and removes its directory. Safe to call twice.
 func (b *PgBouncer) Stop() error {
-	if b.cmd != nil && b.cmd.Process != nil {
-		_ = b.cmd.Process.Signal(syscall.SIGTERM)
+	b.mu.Lock()
+	b.stopping = true
+	cmd := b.cmd
+	b.mu.Unlock()
+	if cmd != nil && cmd.Process != nil {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
 		select {
 		case <-b.done:
 		case <-time.After(5 * time.Second):
+			b.mu.Lock()
 			_ = b.cmd.Process.Kill()
+			b.mu.Unlock()
 			<-b.done
 		}
 	}

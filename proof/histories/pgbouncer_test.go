@@ -30,7 +30,14 @@ func pgBouncer(t *testing.T, mode string) *histories.PgBouncer {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = b.Stop() })
+	t.Cleanup(func() {
+		if crashes := b.Crashes(); len(crashes) > 0 || t.Failed() {
+			// PgBouncer 1.18 exits on a FATAL "server_proto: server in bad state: 11" when a server connection it
+			// is cancelling receives an error (pg_terminate_backend); it was started again after each.
+			t.Logf("pgbouncer exited on its own %d times (%v); its output:\n%s", len(crashes), crashes, b.Output())
+		}
+		_ = b.Stop()
+	})
 	return b
 }
 

@@ -77,7 +77,9 @@ type PipelineRunConfig struct {
 	Producers, Keys int
 	// Partitions is how many topics the keys are spread over, each consumed one message at a time. Default 3.
 	Partitions int
-	// Duration is how long the producers save under faults. Default 6s.
+	// Duration is how long the producers save under faults. Default 6s. With crashes (RestartPostgres,
+	// WorkerCommand), the run goes on until the crashes (begun in the first half of Duration) have ended and
+	// Duration/4 more has passed.
 	Duration time.Duration
 	// OpTimeout bounds each save and read. Default 2s.
 	OpTimeout time.Duration
@@ -91,10 +93,22 @@ type PipelineRunConfig struct {
 	PollOnly bool
 	// Logger receives the components' and the nemesis's lines. Default: silent.
 	Logger *slog.Logger
+	// RestartPostgres, when set, restarts the server of DatabaseURL at once, as after a crash (pgtest's
+	// Server.RestartImmediate): the nemesis injects it as a fault of its own. Give it only a server private to the
+	// run, with synchronous_commit on: with it off, a crash loses commits already acknowledged, as PostgreSQL
+	// documents, and the checkers flag them.
+	RestartPostgres func(context.Context) error
+	// WorkerCommand, when set, runs the relay and the handlers in a worker process started with it (the test
+	// binary re-executed; its TestMain calls RunWorkerIfRequested first) instead of in this one; the nemesis kills
+	// it with SIGKILL mid-work and starts another, as a fault of its own. It needs the default broker (the worker
+	// has a GoChannel of its own between its relay and its handlers).
+	WorkerCommand []string
 }
 
 func (c PipelineRunConfig) withDefaults() (PipelineRunConfig, error) {
 	switch {
+	case len(c.WorkerCommand) > 0 && c.Broker != nil:
+		return c, errors.New("histories: PipelineRunConfig.WorkerCommand needs the default broker (Broker nil)")
 	case c.DatabaseURL == "":
 		return c, errors.New("histories: PipelineRunConfig.DatabaseURL is required")
 	case c.Schema == "":
@@ -146,13 +160,23 @@ type PipelineRun struct {
 	Drops       map[string]AppFaults
 	BrokerProxy *ProxyStats
 	// Drained reports that every committed message had an effect and the projection caught up before
-	// DrainTimeout; Drain is how long that took.
-	Drained bool
-	Drain   time.Duration
+	// DrainTimeout; Drain is how long that took, DrainEffects and DrainProjection how long each of the two took
+	// (zero when it did not happen).
+	Drained                       bool
+	Drain                         time.Duration
+	DrainEffects, DrainProjection time.Duration
 	// Broker names the broker.
 	Broker string
 	// Stall describes the outbox when the run did not drain: its rows by state and their last errors.
 	Stall string
+	// Missing names the kinds of fault the nemesis was told to inject and did not (the run ended first).
+	Missing []string
+	// Crashes are the PostgreSQL restarts and worker kills; LastCrash is when, on the history's clock, the last one
+	// ended (zero when there was none).
+	Crashes   []Crash
+	LastCrash time.Duration
+	// Worker is what the worker processes did (nil without PipelineRunConfig.WorkerCommand).
+	Worker *WorkerStats
 
 	expected map[string]bool // the pipeline IDs of the committed log's messages
 }
@@ -163,8 +187,9 @@ func (r PipelineRun) Summary() string {
 	fmt.Fprintf(&b, "broker: %s\n", r.Broker)
 	fmt.Fprintf(&b, "operations: %s\n", FormatCounts(r.History))
 	fmt.Fprintf(&b, "faults: %s\n", formatMap(r.Faults))
-	fmt.Fprintf(&b, "committed: %d saves, %d events, %d effects; drained=%v in %s\n", len(r.Committed), len(r.Log),
-		sum(r.Final), r.Drained, r.Drain.Round(time.Millisecond))
+	fmt.Fprintf(&b, "committed: %d saves, %d events, %d effects; drained=%v in %s (effects in %s, projection in %s)\n",
+		len(r.Committed), len(r.Log), sum(r.Final), r.Drained, r.Drain.Round(time.Millisecond),
+		r.DrainEffects.Round(time.Millisecond), r.DrainProjection.Round(time.Millisecond))
 	var drops []string
 	for _, c := range slices.Sorted(maps.Keys(r.Drops)) {
 		drops = append(drops, fmt.Sprintf("%s %d/%d", c, r.Drops[c].CommitReplies, r.Drops[c].CommitRequests))
@@ -173,11 +198,43 @@ func (r PipelineRun) Summary() string {
 	if r.Stall != "" {
 		fmt.Fprintf(&b, "not drained: %s\n", r.Stall)
 	}
+	if len(r.Missing) > 0 {
+		fmt.Fprintf(&b, "not injected: %s\n", strings.Join(r.Missing, ", "))
+	}
+	if r.LastCrash > 0 {
+		saves, effects := r.AfterLastCrash()
+		fmt.Fprintf(&b, "crashes: %s\n", formatCrashes(r.Crashes))
+		fmt.Fprintf(&b, "after the last crash (ended at %s): %d saves acknowledged, %d effects committed\n",
+			r.LastCrash.Round(time.Millisecond), saves, effects)
+	}
+	if r.Worker != nil {
+		fmt.Fprintf(&b, "worker processes: %d started, %d killed (%d with an operation in flight), %d deliveries "+
+			"handled\n", r.Worker.Starts, r.Worker.Kills, r.Worker.KillsMidWork, r.Worker.Effects)
+	}
 	fmt.Fprintf(&b, "proxy: %+v", r.Proxy)
 	if r.BrokerProxy != nil {
 		fmt.Fprintf(&b, "\nbroker proxy: %+v", *r.BrokerProxy)
 	}
 	return b.String()
+}
+
+// AfterLastCrash counts the saves acknowledged and the effects committed (not duplicates) invoked after the last
+// crash ended: a run whose crashes left nothing working would check little.
+func (r PipelineRun) AfterLastCrash() (saves, effects int) {
+	for _, o := range r.History {
+		if o.Outcome != OK || o.Invoke < r.LastCrash {
+			continue
+		}
+		switch o.Kind {
+		case KindSave:
+			saves++
+		case KindEffect:
+			if out, _ := o.Output.(EffectOutput); !out.Duplicate {
+				effects++
+			}
+		}
+	}
+	return saves, effects
 }
 
 func sum(m map[string]int) int {
@@ -262,6 +319,9 @@ func RunPipeline(ctx context.Context, cfg PipelineRunConfig) (PipelineRun, error
 			watermill.NewSlogLogger(cfg.Logger))
 		defer func() { _ = gc.Close() }()
 		brk = &Broker{Name: "Watermill GoChannel (in process)", Publisher: gc, Subscriber: gc}
+		if len(cfg.WorkerCommand) > 0 {
+			brk.Name = "Watermill GoChannel (in the worker process, with the relay and the handlers)"
+		}
 	}
 	readModel := pgx.Identifier{cfg.Schema, "histories_read_model"}.Sanitize()
 	if _, err := cfg.Admin.Exec(ctx, `CREATE TABLE IF NOT EXISTS `+readModel+
@@ -279,21 +339,27 @@ func RunPipeline(ctx context.Context, cfg PipelineRunConfig) (PipelineRun, error
 	appPrefix := "hist-" + cfg.Schema[max(0, len(cfg.Schema)-8):]
 	p := &pipeline{cfg: cfg, rec: NewRecorder(), through: through, appPrefix: appPrefix, reg: reg,
 		mapping: mapping, readModel: readModel, brk: brk}
+	p.record = func(process int, kind, key string, input any) opInvocation {
+		return p.rec.Invoke(process, kind, key, input)
+	}
 	defer p.closeAll()
 
 	// Components run until stopCtx ends (after the drain), the producers and the nemesis until runCtx does.
 	stopCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
 	defer stop()
 	var comps sync.WaitGroup
-	if err := p.startConsumers(stopCtx, &comps); err != nil {
-		stop()
-		comps.Wait()
-		return PipelineRun{}, err
-	}
-	if err := p.startRelay(stopCtx, &comps); err != nil {
-		stop()
-		comps.Wait()
-		return PipelineRun{}, err
+	// With a worker process, the relay and the handlers run there only: every message goes through it.
+	if len(cfg.WorkerCommand) == 0 {
+		if err := p.startConsumers(stopCtx, &comps, "inbox", 100); err != nil {
+			stop()
+			comps.Wait()
+			return PipelineRun{}, err
+		}
+		if err := p.startRelay(stopCtx, &comps, "relay", "histories-relay"); err != nil {
+			stop()
+			comps.Wait()
+			return PipelineRun{}, err
+		}
 	}
 	if err := p.startProjection(stopCtx, &comps); err != nil {
 		stop()
@@ -309,15 +375,38 @@ func RunPipeline(ctx context.Context, cfg PipelineRunConfig) (PipelineRun, error
 		}
 	}
 
-	runCtx, endRun := context.WithTimeout(ctx, cfg.Duration)
-	defer endRun()
+	var wk *workers
+	if len(cfg.WorkerCommand) > 0 {
+		wk = &workers{command: cfg.WorkerCommand, rec: p.rec, logger: cfg.Logger, settings: workerSettings{
+			Through: through, AppPrefix: appPrefix, Schema: cfg.Schema, Partitions: cfg.Partitions,
+			PollOnly: cfg.PollOnly, OpTimeout: cfg.OpTimeout}}
+		defer wk.stop()
+		err := wk.start()
+		if err == nil {
+			err = wk.waitReady(ctx, time.Minute) // before the run: a worker killed at once tests nothing
+		}
+		if err != nil {
+			stop()
+			comps.Wait()
+			return PipelineRun{}, err
+		}
+	}
+
 	n := &nemesis{faultEvery: cfg.FaultEvery, logger: cfg.Logger, admin: cfg.Admin, proxy: proxy,
 		rng: rand.New(rand.NewPCG(cfg.Seed, 1)), appPrefix: appPrefix, faults: map[string]int{},
-		broker: brk.Proxy, saveApps: appPrefix + "-producer"}
+		broker: brk.Proxy, saveApps: appPrefix + "-producer", restart: cfg.RestartPostgres,
+		clock: func() time.Duration { return time.Since(p.rec.start) },
+		acked: func(since time.Duration) int {
+			saves, _ := PipelineRun{History: p.rec.History(), LastCrash: since}.AfterLastCrash()
+			return saves
+		}}
+	if wk != nil {
+		n.crashWorker = wk.kill
+	}
+	runCtx, endRun, nemesisDone := n.start(ctx, cfg.Duration)
+	defer endRun()
 	var wg sync.WaitGroup
-	nemesisDone := make(chan struct{})
 	wg.Add(1)
-	go func() { defer close(nemesisDone); n.run(runCtx) }()
 	go func() { defer wg.Done(); p.read(stopCtx) }()
 	var prodWG sync.WaitGroup
 	for _, pr := range prods {
@@ -334,10 +423,15 @@ func RunPipeline(ctx context.Context, cfg PipelineRunConfig) (PipelineRun, error
 		brk.Proxy.Disarm()
 	}
 
-	run := PipelineRun{Faults: n.faults, Broker: brk.Name}
+	run := PipelineRun{Broker: brk.Name}
+	run.Faults, run.Missing, run.Crashes, run.LastCrash = n.results()
 	began := time.Now()
-	run.Drained, err = p.drain(ctx, cfg.DrainTimeout)
+	run.Drained, err = p.drain(ctx, cfg.DrainTimeout, &run)
 	run.Drain = time.Since(began)
+	if wk != nil {
+		s := wk.stop()
+		run.Worker = &s
+	}
 	if !run.Drained && err == nil {
 		run.Stall = p.outboxState(ctx)
 		if f, ferr := os.CreateTemp("", "histories-goroutines-*.txt"); ferr == nil {
@@ -358,7 +452,8 @@ func RunPipeline(ctx context.Context, cfg PipelineRunConfig) (PipelineRun, error
 	run.History = p.rec.History()
 	run.Proxy = proxy.Stats()
 	run.Drops = map[string]AppFaults{}
-	for _, c := range append([]string{"relay", "inbox", "projection", "reader"}, p.producerNames()...) {
+	for _, c := range append([]string{"relay", "inbox", "projection", "reader", "worker-relay", "worker-inbox"},
+		p.producerNames()...) {
 		if f := proxy.FaultsOn(appPrefix + "-" + c); f != (AppFaults{}) {
 			run.Drops[c] = f
 		}
@@ -380,6 +475,8 @@ type pipeline struct {
 	mapping   *staging.Mapping
 	readModel string
 	brk       *Broker
+	// record records a handler's operations: in the recorder, or on a worker process's report.
+	record func(process int, kind, key string, input any) opInvocation
 
 	mu      sync.Mutex
 	closers []func()
@@ -467,9 +564,10 @@ func runRouter(ctx context.Context, router *message.Router, wg *sync.WaitGroup, 
 
 type ranKey struct{}
 
-// startConsumers starts one handler per partition topic behind the inbox, recording every delivery as an effect.
-func (p *pipeline) startConsumers(ctx context.Context, wg *sync.WaitGroup) error {
-	_, store, ob, err := p.stores(ctx, "inbox", 4)
+// startConsumers starts one handler per partition topic behind the inbox, on a pool named name, recording every
+// delivery as an effect of process procBase+partition.
+func (p *pipeline) startConsumers(ctx context.Context, wg *sync.WaitGroup, name string, procBase int) error {
+	_, store, ob, err := p.stores(ctx, name, 4)
 	if err != nil {
 		return err
 	}
@@ -492,7 +590,7 @@ func (p *pipeline) startConsumers(ctx context.Context, wg *sync.WaitGroup) error
 		return fmt.Errorf("histories: consumer router: %w", err)
 	}
 	for part, topic := range partitionTopics(p.cfg.Partitions) {
-		proc := 100 + part
+		proc := procBase + part
 		handle := inbox.Handler("histories-tally", func(ctx context.Context, tx pgx.Tx, _ *outbox.Publisher,
 			msg *message.Message) error {
 			if ran, ok := ctx.Value(ranKey{}).(*atomic.Bool); ok {
@@ -502,14 +600,14 @@ func (p *pipeline) startConsumers(ctx context.Context, wg *sync.WaitGroup) error
 			if err != nil {
 				return outbox.Permanent(err)
 			}
-			inv := p.rec.Invoke(proc, KindLoadTx, pm.Key, EffectInput{Message: pm})
+			inv := p.record(proc, KindLoadTx, pm.Key, EffectInput{Message: pm})
 			c, err := counters.LoadTx(ctx, tx, pm.Key)
 			if err != nil {
 				inv.Fail(nil, err)
 				return err
 			}
 			inv.OK(LoadTxOutput{Version: c.Version()})
-			inv = p.rec.Invoke(proc, KindUpdateTx, tallyID(pm.Key), EffectInput{Message: pm})
+			inv = p.record(proc, KindUpdateTx, tallyID(pm.Key), EffectInput{Message: pm})
 			if _, err := tallies.UpsertTx(ctx, tx, tallyID(pm.Key), func(t *tally) error {
 				aggregate.Raise(t, counted{Message: pm.ID, Seq: pm.Seq})
 				return nil
@@ -528,7 +626,7 @@ func (p *pipeline) startConsumers(ctx context.Context, wg *sync.WaitGroup) error
 				}
 				ran := &atomic.Bool{}
 				msg.SetContext(context.WithValue(msg.Context(), ranKey{}, ran))
-				inv := p.rec.Invoke(proc, KindEffect, pm.Key, EffectInput{Message: pm})
+				inv := p.record(proc, KindEffect, pm.Key, EffectInput{Message: pm})
 				err = handle(msg)
 				switch {
 				case err == nil && !isNacked(msg) && !ran.Load():
@@ -570,9 +668,9 @@ func decodeMessage(msg *message.Message) (PipelineMessage, error) {
 	return PipelineMessage{ID: pipelineID(m.Key, m.Version, m.Save), Key: m.Key, Seq: m.Version}, nil
 }
 
-// startRelay starts one outbox relay on a pool of its own, publishing to the broker.
-func (p *pipeline) startRelay(ctx context.Context, wg *sync.WaitGroup) error {
-	_, _, ob, err := p.stores(ctx, "relay", 6)
+// startRelay starts one outbox relay on a pool of its own named name, publishing to the broker.
+func (p *pipeline) startRelay(ctx context.Context, wg *sync.WaitGroup, name, processorID string) error {
+	_, _, ob, err := p.stores(ctx, name, 6)
 	if err != nil {
 		return err
 	}
@@ -583,7 +681,7 @@ func (p *pipeline) startRelay(ctx context.Context, wg *sync.WaitGroup) error {
 		RetryDelay:             20 * time.Millisecond,
 		MaxRetryDelay:          200 * time.Millisecond,
 		MaxDegreeOfParallelism: 4,
-		ProcessorID:            "histories-relay",
+		ProcessorID:            processorID,
 		DisableNotify:          p.cfg.PollOnly,
 		ClaimDuration:          2 * time.Second,
 		AckDeadline:            10 * time.Second,
@@ -794,8 +892,9 @@ func (pr *producer) save(ctx context.Context, c *counter) {
 
 // drain waits until every message of the committed log has an effect and the projection has applied every
 // counter event, reading the committed state straight from the server, or until timeout.
-func (p *pipeline) drain(ctx context.Context, timeout time.Duration) (bool, error) {
-	deadline := time.Now().Add(timeout)
+func (p *pipeline) drain(ctx context.Context, timeout time.Duration, out *PipelineRun) (bool, error) {
+	began := time.Now()
+	deadline := began.Add(timeout)
 	for {
 		var run PipelineRun
 		if err := p.readBack(ctx, &run); err != nil {
@@ -805,7 +904,14 @@ func (p *pipeline) drain(ctx context.Context, timeout time.Duration) (bool, erro
 		if err != nil {
 			return false, err
 		}
-		if p.drained(run, rm) {
+		projected, handled := p.drained(run, rm)
+		if projected && out.DrainProjection == 0 {
+			out.DrainProjection = time.Since(began)
+		}
+		if handled && out.DrainEffects == 0 {
+			out.DrainEffects = time.Since(began)
+		}
+		if projected && handled {
 			return true, nil
 		}
 		if time.Now().After(deadline) {
@@ -817,22 +923,26 @@ func (p *pipeline) drain(ctx context.Context, timeout time.Duration) (bool, erro
 	}
 }
 
-func (p *pipeline) drained(run PipelineRun, rm map[string]int64) bool {
+// drained reports whether the projection has applied every counter event of the committed log, and whether every
+// message of it has an effect.
+func (p *pipeline) drained(run PipelineRun, rm map[string]int64) (projected, handled bool) {
 	perKey := map[string]int64{}
 	for _, e := range run.Log {
 		perKey[e.Key]++
 	}
+	projected = true
 	for k, n := range perKey {
 		if rm[k] != n {
-			return false
+			projected = false
 		}
 	}
+	handled = true
 	for id := range run.expected {
 		if run.Final[id] == 0 {
-			return false
+			handled = false
 		}
 	}
-	return true
+	return projected, handled
 }
 
 func (p *pipeline) readModelNow(ctx context.Context) (map[string]int64, error) {

@@ -60,9 +60,10 @@ func TestPipelineUnderNetworkFaults(t *testing.T) {
 	checkPipelineRun(t, cfg)
 }
 
-// checkPipelineRun runs cfg and checks its history with every pipeline checker; the run must have drained, lost
-// a save's commit reply, and saved, handled and read something.
-func checkPipelineRun(t *testing.T, cfg histories.PipelineRunConfig) {
+// checkPipelineRun runs cfg and checks its history with every pipeline checker; the run must have injected every
+// kind of fault it was told to, drained, lost a save's commit reply, and saved, handled and read something. It
+// returns the run.
+func checkPipelineRun(t *testing.T, cfg histories.PipelineRunConfig) histories.PipelineRun {
 	t.Helper()
 	var logs *ringLog
 	if cfg.Logger == nil {
@@ -75,13 +76,17 @@ func checkPipelineRun(t *testing.T, cfg histories.PipelineRunConfig) {
 		}
 	}()
 	seed := cfg.Seed
-	ctx, cancel := context.WithTimeout(context.Background(), cfg.Duration+5*time.Minute)
+	budget := cfg.Duration + max(cfg.DrainTimeout, 2*time.Minute) + 3*time.Minute
+	ctx, cancel := context.WithTimeout(context.Background(), budget)
 	defer cancel()
 	run, err := histories.RunPipeline(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("\n%s", run.Summary())
+	if len(run.Missing) > 0 {
+		t.Fatalf("seed %d: the run ended before the nemesis injected %v", seed, run.Missing)
+	}
 	if err := run.Check(seed); err != nil {
 		t.Fatal(err)
 	}
@@ -95,6 +100,7 @@ func checkPipelineRun(t *testing.T, cfg histories.PipelineRunConfig) {
 	if c["save/ok"] == 0 || c["effect/ok"] == 0 || c["projection-read/ok"] == 0 {
 		t.Fatalf("seed %d: the run did too little to check anything: %s", seed, histories.FormatCounts(run.History))
 	}
+	return run
 }
 
 // ringLog keeps the last max lines written to it.

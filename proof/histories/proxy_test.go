@@ -18,7 +18,10 @@ import (
 	"github.com/stagehand-es/stagehand/proof/histories"
 )
 
-func TestMain(m *testing.M) { pgtest.Main(m) }
+func TestMain(m *testing.M) {
+	histories.RunWorkerIfRequested() // a worker process of a pipeline run (TestCrashesUnderNetworkFaults)
+	pgtest.Main(m)
+}
 
 // proxied starts a proxy in front of the test server and returns it with a direct pool and a table (id int
 // primary key) in a fresh schema.

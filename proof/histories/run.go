@@ -1,12 +1,15 @@
 package histories
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"math/rand/v2"
 	"net/url"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -33,7 +36,8 @@ type StreamRunConfig struct {
 	Clients int
 	// Streams is how many streams they share. Default 3.
 	Streams int
-	// Duration is how long the clients run under faults. Default 8s.
+	// Duration is how long the clients run under faults. Default 8s. With RestartPostgres, the run goes on until
+	// its restarts (begun in the first half of Duration) have ended and Duration/4 more has passed.
 	Duration time.Duration
 	// OpTimeout bounds each operation's context. Default 2s.
 	OpTimeout time.Duration
@@ -41,6 +45,10 @@ type StreamRunConfig struct {
 	FaultEvery time.Duration
 	// Logger receives the nemesis's and the proxy's lines. Default: silent.
 	Logger *slog.Logger
+	// RestartPostgres, when set, restarts the server of DatabaseURL at once, as after a crash (pgtest's
+	// Server.RestartImmediate): the nemesis injects it as a fault of its own. Give it only a server private to the
+	// run, with synchronous_commit on.
+	RestartPostgres func(context.Context) error
 }
 
 func (c StreamRunConfig) withDefaults() (StreamRunConfig, error) {
@@ -85,6 +93,23 @@ type StreamRun struct {
 	// proxy dropped their commit's reply or request by how the store classified them ("AppendWith ok",
 	// "commit reply dropped -> ok"...).
 	Classified map[string]int
+	// Missing names the kinds of fault the nemesis was told to inject and did not (the run ended first).
+	Missing []string
+	// Crashes are the PostgreSQL restarts; LastCrash is when, on the history's clock, the last one ended (zero
+	// when there was none).
+	Crashes   []Crash
+	LastCrash time.Duration
+}
+
+// AfterLastCrash counts the appends acknowledged that were invoked after the last crash ended.
+func (r StreamRun) AfterLastCrash() int {
+	n := 0
+	for _, o := range r.History {
+		if o.Kind == KindAppend && o.Outcome == OK && o.Invoke >= r.LastCrash {
+			n++
+		}
+	}
+	return n
 }
 
 // Summary renders the run's counts.
@@ -93,6 +118,14 @@ func (r StreamRun) Summary() string {
 	fmt.Fprintf(&b, "operations: %s\n", FormatCounts(r.History))
 	fmt.Fprintf(&b, "faults: %s\n", formatMap(r.Faults))
 	fmt.Fprintf(&b, "appends classified: %s\n", formatMap(r.Classified))
+	if len(r.Missing) > 0 {
+		fmt.Fprintf(&b, "not injected: %s\n", strings.Join(r.Missing, ", "))
+	}
+	if r.LastCrash > 0 {
+		fmt.Fprintf(&b, "crashes: %s\n", formatCrashes(r.Crashes))
+		fmt.Fprintf(&b, "after the last crash (ended at %s): %d appends acknowledged\n",
+			r.LastCrash.Round(time.Millisecond), r.AfterLastCrash())
+	}
 	fmt.Fprintf(&b, "proxy: %+v", r.Proxy)
 	return b.String()
 }
@@ -161,13 +194,17 @@ func RunStreams(ctx context.Context, cfg StreamRunConfig) (StreamRun, error) {
 		}
 	}()
 
-	runCtx, stop := context.WithTimeout(ctx, cfg.Duration)
-	defer stop()
 	n := &nemesis{faultEvery: cfg.FaultEvery, logger: cfg.Logger, admin: cfg.Admin, proxy: proxy,
-		rng: rand.New(rand.NewPCG(cfg.Seed, 1)), appPrefix: appPrefix, faults: map[string]int{}}
+		rng: rand.New(rand.NewPCG(cfg.Seed, 1)), appPrefix: appPrefix, faults: map[string]int{},
+		restart: cfg.RestartPostgres, clock: func() time.Duration { return time.Since(rec.start) },
+		acked: func(since time.Duration) int {
+			return StreamRun{History: rec.History(), LastCrash: since}.AfterLastCrash()
+		}}
+	runCtx, stop, nemesisDone := n.start(ctx, cfg.Duration)
+	defer stop()
 	var wg sync.WaitGroup
 	wg.Add(1)
-	go func() { defer wg.Done(); n.run(runCtx) }()
+	go func() { defer wg.Done(); <-nemesisDone }()
 	for _, c := range clients {
 		wg.Add(1)
 		go func() { defer wg.Done(); c.run(runCtx) }()
@@ -182,7 +219,8 @@ func RunStreams(ctx context.Context, cfg StreamRunConfig) (StreamRun, error) {
 			return StreamRun{}, err
 		}
 	}
-	run := StreamRun{History: rec.History(), Faults: n.faults, Proxy: proxy.Stats(), Classified: map[string]int{}}
+	run := StreamRun{History: rec.History(), Proxy: proxy.Stats(), Classified: map[string]int{}}
+	run.Faults, run.Missing, run.Crashes, run.LastCrash = n.results()
 	for _, c := range clients {
 		for k, v := range c.classified {
 			run.Classified[k] += v
@@ -275,18 +313,22 @@ func (c *streamClient) load(ctx context.Context, stream string) {
 
 // finalLoad loads stream until a load succeeds (the faults have stopped).
 func (c *streamClient) finalLoad(ctx context.Context, stream string) error {
+	var last string
 	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); {
 		c.load(ctx, stream)
 		h := c.rec.History()
 		if h[len(h)-1].Outcome == OK {
 			return nil
 		}
+		last = h[len(h)-1].Err
 		if err := ctx.Err(); err != nil {
 			return err
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	return fmt.Errorf("histories: the final load of %s kept failing", stream)
+	st := c.pool.Stat()
+	return fmt.Errorf("histories: the final load of %s kept failing for 30s (pool: %d connections, %d acquired, "+
+		"%d idle); last error: %s", stream, st.TotalConns(), st.AcquiredConns(), st.IdleConns(), last)
 }
 
 func (c *streamClient) append(ctx context.Context, stream string) {
@@ -375,11 +417,51 @@ type nemesis struct {
 	// components do.
 	saveApps string
 	drops    int
+
+	// restart, when not nil, restarts PostgreSQL at once (pg_ctl restart -m immediate): a fault of its own.
+	restart func(context.Context) error
+	// crashWorker, when not nil, kills the worker process with SIGKILL and starts another: a fault of its own. It
+	// returns the fault's name.
+	crashWorker func(context.Context) (string, error)
+	// crashesUntil is how long into the run crashes may begin (set by start).
+	crashesUntil time.Duration
+	// clock reads the history's clock; lastCrash is when the last crash ended on it.
+	clock     func() time.Duration
+	lastCrash time.Duration
+	// crashEvery is the mean time between two crashes of a kind after its first. Default 2s.
+	crashEvery time.Duration
+	// acked counts the operations acknowledged (saves, appends) invoked at or after since on the history's clock.
+	acked func(since time.Duration) int
+
+	mu sync.Mutex // faults, injected, crashes, lastCrash: the crashes run beside the network faults
+	// injected counts the faults by kind.
+	injected map[int]int
+	crashes  []Crash
 }
 
-// The nemesis's faults. The first round injects each once, in a seeded order, so every run exercises all of
-// them (a commit reply dropped first of all); after it they are drawn at random, a dropped commit reply twice as
-// often as the others.
+// minAckedAfterCrash is how many operations a run with crashes goes on for, after its last crash, to see
+// acknowledged.
+const minAckedAfterCrash = 3
+
+// Crash is one crash the nemesis injected: its kind, and when it began and ended on the history's clock.
+type Crash struct {
+	Kind       string
+	Began, End time.Duration
+}
+
+// formatCrashes renders crashes on one line.
+func formatCrashes(cs []Crash) string {
+	parts := make([]string, len(cs))
+	for i, c := range cs {
+		parts[i] = fmt.Sprintf("%s at %s for %s", c.Kind, c.Began.Round(time.Millisecond),
+			(c.End - c.Began).Round(time.Millisecond))
+	}
+	return strings.Join(parts, "; ")
+}
+
+// The nemesis's faults. The first round injects each once, in a seeded order (the crashes early in it), so every
+// run exercises all of them (a commit reply dropped first of all); after it they are drawn at random, a dropped
+// commit reply twice as often as the others.
 const (
 	faultDropReply = iota
 	faultDropRequest
@@ -390,29 +472,185 @@ const (
 	faultCutMid
 	faultHalfOpen
 	faultTerminate
-	faultKinds
+	faultKinds // the network's kinds; the crashes follow
+	faultRestartPostgres
+	faultKillWorker
 )
 
-func (n *nemesis) run(ctx context.Context) {
-	round := append([]int{faultDropReply}, n.rng.Perm(faultKinds)...)
+// kindNames name the kinds for the summary's "not injected" list.
+var kindNames = map[int]string{faultDropReply: "drop commit reply", faultDropRequest: "drop commit request",
+	faultBlackHole: "black hole both ways", faultBlackHoleReplies: "black hole server->client",
+	faultDelay: "delay with jitter", faultCutAll: "cut every connection", faultCutMid: "cut mid-stream",
+	faultHalfOpen: "half-open every connection", faultTerminate: "terminate server processes",
+	faultRestartPostgres: "restart PostgreSQL (immediate)", faultKillWorker: "kill the worker process (SIGKILL)"}
+
+// kinds lists the kinds this nemesis injects: the network's, and the crashes it was given.
+func (n *nemesis) kinds() (network, crashes []int) {
+	for k := range faultKinds {
+		network = append(network, k)
+	}
+	if n.restart != nil {
+		crashes = append(crashes, faultRestartPostgres)
+	}
+	if n.crashWorker != nil {
+		crashes = append(crashes, faultKillWorker)
+	}
+	return network, crashes
+}
+
+// start starts the nemesis for a run of duration d. It returns the run's context, which ends once d has passed
+// and, when the nemesis crashes things, its crashes have ended and max(d/4, 2s) more has passed (so the run saves
+// under the network faults alone after the last crash) and the run has acknowledged minAckedAfterCrash operations
+// invoked after the last crash ended (for at most a minute more), its cancel function, and a channel closed when the
+// nemesis has stopped. The crashes begin only in the first half of d.
+func (n *nemesis) start(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc, <-chan struct{}) {
+	n.injected = map[int]int{}
+	network, crashes := n.kinds()
+	runCtx, end := context.WithCancel(ctx)
+	done := make(chan struct{})
+	var crashing sync.WaitGroup
+	n.crashesUntil = d / 2
+	for _, kind := range crashes {
+		crng := rand.New(rand.NewPCG(n.rng.Uint64(), uint64(kind)))
+		crashing.Add(1)
+		// On ctx, not runCtx: the crashes end by themselves, and the run's end waits for them.
+		go func() { defer crashing.Done(); n.runCrashes(ctx, crng, kind) }()
+	}
+	go func() {
+		defer end()
+		if !sleep(ctx, d) || len(crashes) == 0 {
+			return
+		}
+		crashing.Wait()
+		if !sleep(ctx, max(d/4, 2*time.Second)) || n.acked == nil {
+			return
+		}
+		// On a loaded machine a run may not have acknowledged anything yet since the last crash: it goes on until
+		// it has (or a minute has passed), which the test then asserts.
+		for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); {
+			n.mu.Lock()
+			last := n.lastCrash
+			n.mu.Unlock()
+			if n.acked(last) >= minAckedAfterCrash || !sleep(ctx, 50*time.Millisecond) {
+				return
+			}
+		}
+	}()
+	go func() {
+		defer close(done)
+		n.run(runCtx, network)
+		crashing.Wait()
+	}()
+	return runCtx, end, done
+}
+
+// run injects the network's faults until ctx ends.
+func (n *nemesis) run(ctx context.Context, network []int) {
+	round := append([]int{faultDropReply}, n.rng.Perm(len(network))...)
 	for i := 0; ; i++ {
-		wait := time.Duration(n.rng.Int64N(int64(2 * n.faultEvery)))
+		every := n.faultEvery
+		if i < len(round) {
+			every /= 2 // the first round quickly, so a short run completes it
+		}
+		wait := time.Duration(n.rng.Int64N(int64(2 * every)))
 		if !sleep(ctx, wait) {
 			return
 		}
-		kind := n.rng.IntN(faultKinds + 1) // faultKinds itself: another dropped commit reply
+		kind := n.rng.IntN(len(network) + 1) // len(network) itself: another dropped commit reply
 		if i < len(round) {
 			kind = round[i]
 		}
-		name := n.inject(ctx, kind)
-		n.faults[name]++
-		n.logger.Info("histories: nemesis", "fault", name)
+		if kind == len(network) {
+			kind = faultDropReply
+		}
+		n.record(kind, n.inject(ctx, kind))
 	}
+}
+
+// runCrashes injects crashes of one kind beside the network faults and the other kind's crashes: the first at a
+// random time in the first crashesUntil of the run, then one about every crashEvery until crashesUntil has
+// passed.
+func (n *nemesis) runCrashes(ctx context.Context, rng *rand.Rand, kind int) {
+	began := time.Now()
+	every := cmp.Or(n.crashEvery, 2*time.Second)
+	if !sleep(ctx, time.Duration(rng.Int64N(int64(n.crashesUntil)))) {
+		return
+	}
+	for {
+		n.crash(ctx, kind)
+		if !sleep(ctx, time.Duration(rng.Int64N(int64(2*every)))) || time.Since(began) > n.crashesUntil {
+			return
+		}
+	}
+}
+
+// crash injects one crash and records when it began and ended.
+func (n *nemesis) crash(ctx context.Context, kind int) {
+	var began time.Duration
+	if n.clock != nil {
+		began = n.clock()
+	}
+	name := n.inject(ctx, kind)
+	if n.clock != nil && !strings.HasSuffix(name, " failed") {
+		end := n.clock()
+		n.mu.Lock()
+		n.crashes = append(n.crashes, Crash{Kind: name, Began: began, End: end})
+		n.lastCrash = max(n.lastCrash, end)
+		n.mu.Unlock()
+	}
+	n.record(kind, name)
+}
+
+// record counts a fault injected (a failed one under its own name only).
+func (n *nemesis) record(kind int, name string) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.faults[name]++
+	if !strings.HasSuffix(name, " failed") {
+		n.injected[kind]++
+	}
+	n.logger.Info("histories: nemesis", "fault", name)
+}
+
+// results returns the faults injected by name, the kinds missing, the crashes and when the last one ended.
+func (n *nemesis) results() (map[string]int, []string, []Crash, time.Duration) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return maps.Clone(n.faults), n.missing(), slices.Clone(n.crashes), n.lastCrash
+}
+
+// missing names the kinds the nemesis was told to inject and did not (the run ended before its first round did).
+// Call it with n.mu held.
+func (n *nemesis) missing() []string {
+	network, crashes := n.kinds()
+	var out []string
+	for _, k := range append(network, crashes...) {
+		if n.injected[k] == 0 {
+			out = append(out, kindNames[k])
+		}
+	}
+	return out
 }
 
 // inject injects one fault, waits for it to pass when it lasts, and names it. A fault on a byte stream goes to
 // the broker's proxy instead of PostgreSQL's half of the time when there is one.
 func (n *nemesis) inject(ctx context.Context, kind int) string {
+	switch kind { // the crashes run on a goroutine of their own: they draw nothing from n.rng
+	case faultRestartPostgres:
+		// Not bounded by the run's end: a restart begun completes, and the run waits for it.
+		if err := n.restart(context.WithoutCancel(ctx)); err != nil {
+			n.logger.Warn("histories: nemesis could not restart PostgreSQL", "error", err)
+			return "restart PostgreSQL failed"
+		}
+		return kindNames[faultRestartPostgres]
+	case faultKillWorker:
+		name, err := n.crashWorker(context.WithoutCancel(ctx))
+		if err != nil {
+			n.logger.Warn("histories: nemesis could not kill the worker process", "error", err)
+			return "kill the worker process failed"
+		}
+		return name
+	}
 	hold := time.Duration(100+n.rng.IntN(400)) * time.Millisecond
 	px, on := n.proxy, ""
 	switch kind {

@@ -33,9 +33,9 @@ func TestStreamsUnderNetworkFaults(t *testing.T) {
 	checkStreamRun(t, cfg)
 }
 
-// checkStreamRun runs cfg and checks its history: every stream linearizable, at least one commit reply lost and
-// resolved, none reported as failed.
-func checkStreamRun(t *testing.T, cfg histories.StreamRunConfig) {
+// checkStreamRun runs cfg and checks its history: every kind of fault injected, every stream linearizable, at
+// least one commit reply lost and resolved, none reported as failed. It returns the run.
+func checkStreamRun(t *testing.T, cfg histories.StreamRunConfig) histories.StreamRun {
 	t.Helper()
 	seed := cfg.Seed
 	ctx, cancel := context.WithTimeout(context.Background(), cfg.Duration+2*time.Minute)
@@ -45,6 +45,9 @@ func checkStreamRun(t *testing.T, cfg histories.StreamRunConfig) {
 		t.Fatal(err)
 	}
 	t.Logf("\n%s", run.Summary())
+	if len(run.Missing) > 0 {
+		t.Fatalf("seed %d: the run ended before the nemesis injected %v", seed, run.Missing)
+	}
 	rep, err := histories.CheckStreams(run.History, histories.StreamCheckOptions{Seed: seed,
 		VisualizationDir: os.TempDir()})
 	if err != nil {
@@ -65,4 +68,5 @@ func checkStreamRun(t *testing.T, cfg histories.StreamRunConfig) {
 		t.Fatalf("an append whose commit's reply was dropped after the server committed was reported as failed "+
 			"(seed %d)", seed)
 	}
+	return run
 }

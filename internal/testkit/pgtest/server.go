@@ -130,6 +130,17 @@ func (s *Server) Restart(ctx context.Context) error {
 	return s.waitReady(ctx)
 }
 
+// RestartImmediate restarts the cluster with pg_ctl restart -m immediate: every server process quits at once,
+// without a checkpoint, and the server recovers from its write-ahead log on start, as after a crash. Commits
+// acknowledged before it survive only with synchronous_commit on (Options.Settings; the default here is off).
+// The port is kept.
+func (s *Server) RestartImmediate(ctx context.Context) error {
+	if err := s.pgctl(ctx, "restart", "-m", "immediate"); err != nil {
+		return err
+	}
+	return s.waitReady(ctx)
+}
+
 // Stop stops the cluster and removes its files. It is safe to call more than once.
 func (s *Server) Stop() error {
 	s.stopOnce.Do(func() {
