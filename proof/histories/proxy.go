@@ -285,6 +285,20 @@ func (p *Proxy) Connections() int {
 	return len(p.links)
 }
 
+// ConnectionsOf is how many proxied connections whose startup named application_name app are open. A test that
+// counts its own connections this way is not misled by a stray dial to a recycled port.
+func (p *Proxy) ConnectionsOf(app string) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n := 0
+	for l := range p.links {
+		if l.app == app {
+			n++
+		}
+	}
+	return n
+}
+
 func (p *Proxy) linkList() []*link {
 	out := make([]*link, 0, len(p.links))
 	for l := range p.links {
@@ -449,7 +463,9 @@ func (l *link) run() {
 	if _, err := l.server.Write(startup); err != nil {
 		return
 	}
+	l.p.mu.Lock()
 	l.app = startupParam(startup, "application_name")
+	l.p.mu.Unlock()
 	if isCancelRequest(startup) {
 		_, _ = io.Copy(io.Discard, l.server) // the server closes after a cancel request
 		return
