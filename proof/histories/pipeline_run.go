@@ -165,6 +165,9 @@ type PipelineRun struct {
 	Drained                       bool
 	Drain                         time.Duration
 	DrainEffects, DrainProjection time.Duration
+	// DrainFrom is when, on the history's clock, the drain began (the producers and the faults had stopped);
+	// EffectPace(History, DrainFrom) is how fast the handlers worked through the backlog.
+	DrainFrom time.Duration
 	// Broker names the broker.
 	Broker string
 	// Stall describes the outbox when the run did not drain: its rows by state and their last errors.
@@ -195,6 +198,9 @@ func (r PipelineRun) Summary() string {
 		drops = append(drops, fmt.Sprintf("%s %d/%d", c, r.Drops[c].CommitReplies, r.Drops[c].CommitRequests))
 	}
 	fmt.Fprintf(&b, "commit replies/requests dropped: %s\n", strings.Join(drops, ", "))
+	if r.DrainFrom > 0 {
+		fmt.Fprintf(&b, "drain pace: %s\n", EffectPace(r.History, r.DrainFrom))
+	}
 	if r.Stall != "" {
 		fmt.Fprintf(&b, "not drained: %s\n", r.Stall)
 	}
@@ -426,6 +432,7 @@ func RunPipeline(ctx context.Context, cfg PipelineRunConfig) (PipelineRun, error
 	run := PipelineRun{Broker: brk.Name}
 	run.Faults, run.Missing, run.Crashes, run.LastCrash = n.results()
 	began := time.Now()
+	run.DrainFrom = time.Since(p.rec.start)
 	run.Drained, err = p.drain(ctx, cfg.DrainTimeout, &run)
 	run.Drain = time.Since(began)
 	if wk != nil {
