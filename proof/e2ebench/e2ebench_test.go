@@ -6,6 +6,7 @@ import (
 	"os"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -23,7 +24,8 @@ func TestMain(m *testing.M) { pgtest.Main(m) }
 // staging, the relay, NATS JetStream, an inbox-wrapped consumer) beside watermill-sql's default schema with
 // Watermill's forwarder to the same broker and the same consumer logic, on a durable cluster, in the same run.
 // It times itself: run it once. STAGEHAND_E2E_RELAY=high-throughput runs the relay with outbox.HighThroughput()
-// instead of the default Balanced(); STAGEHAND_E2E_CLAIM_INTERVAL (a duration, 10ms say) sets its ClaimInterval.
+// instead of the default Balanced(); STAGEHAND_E2E_CLAIM_INTERVAL (a duration, 10ms say) sets its ClaimInterval;
+// STAGEHAND_E2E_FRACTIONS (comma-separated, 0.25,0.5,0.75 say) the paced rates as fractions of the maximum.
 //
 //	go test ./proof/e2ebench -run '^$' -bench EndToEnd -benchtime 1x -timeout 30m
 func BenchmarkEndToEnd(b *testing.B) {
@@ -46,6 +48,15 @@ func BenchmarkEndToEnd(b *testing.B) {
 			cfg.Relay = outbox.Balanced()
 		}
 		cfg.Relay.ClaimInterval = d
+	}
+	if v := os.Getenv("STAGEHAND_E2E_FRACTIONS"); v != "" {
+		for _, f := range strings.Split(v, ",") {
+			x, err := strconv.ParseFloat(strings.TrimSpace(f), 64)
+			if err != nil {
+				b.Fatalf("STAGEHAND_E2E_FRACTIONS=%q: %v", v, err)
+			}
+			cfg.Fractions = append(cfg.Fractions, x)
+		}
 	}
 	var res *e2ebench.Results
 	for range b.N { // -benchtime 1x: once
