@@ -299,6 +299,20 @@ func (p *Proxy) ConnectionsOf(app string) int {
 	return n
 }
 
+// ConnectionsFrom is how many proxied connections are open from the client address addr (a client's
+// LocalAddr): for a raw proxy, whose connections carry no application name, a test counts its own this way.
+func (p *Proxy) ConnectionsFrom(addr net.Addr) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n := 0
+	for l := range p.links {
+		if l.client.RemoteAddr().String() == addr.String() {
+			n++
+		}
+	}
+	return n
+}
+
 func (p *Proxy) linkList() []*link {
 	out := make([]*link, 0, len(p.links))
 	for l := range p.links {

@@ -48,10 +48,12 @@ func rawProxy(t *testing.T) (*histories.Proxy, net.Conn) {
 	}
 	t.Cleanup(func() { _ = c.Close() })
 	// Dial returns once the kernel has accepted; the proxy registers the connection a moment later, on its accept
-	// goroutine. A fault aimed at every connection must wait for that.
-	for deadline := time.Now().Add(5 * time.Second); p.Connections() != 1; {
+	// goroutine. A fault aimed at every connection must wait for that. The test's connection is counted by its
+	// address: a stray dial to a recycled port would be another.
+	for deadline := time.Now().Add(5 * time.Second); p.ConnectionsFrom(c.LocalAddr()) != 1; {
 		if time.Now().After(deadline) {
-			t.Fatalf("the proxy holds %d connections after a dial, want 1", p.Connections())
+			t.Fatalf("the proxy holds %d connections from the test's address after a dial (%d in all), want 1",
+				p.ConnectionsFrom(c.LocalAddr()), p.Connections())
 		}
 		time.Sleep(time.Millisecond)
 	}
@@ -93,8 +95,8 @@ func TestRawProxyFaults(t *testing.T) {
 	})
 	t.Run("half-open", func(t *testing.T) {
 		p, c := rawProxy(t)
-		if n := p.HalfOpen(); n != 1 {
-			t.Fatalf("half-opened %d connections, want 1", n)
+		if n := p.HalfOpen(); n < 1 {
+			t.Fatalf("half-opened %d connections, want the test's", n)
 		}
 		if _, err := roundTrip(c, "x", 5*time.Second); !errors.Is(err, io.EOF) {
 			t.Fatalf("read on a half-open connection: %v, want end of stream", err)
@@ -102,8 +104,8 @@ func TestRawProxyFaults(t *testing.T) {
 	})
 	t.Run("cut", func(t *testing.T) {
 		p, c := rawProxy(t)
-		if n := p.CutAll(); n != 1 {
-			t.Fatalf("cut %d connections, want 1", n)
+		if n := p.CutAll(); n < 1 {
+			t.Fatalf("cut %d connections, want the test's", n)
 		}
 		if _, err := roundTrip(c, "x", 5*time.Second); err == nil || errors.Is(err, os.ErrDeadlineExceeded) {
 			t.Fatalf("read on a cut connection: %v, want a reset or end of stream", err)
