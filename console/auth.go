@@ -98,7 +98,7 @@ func (c *Console) checkCSRF(token, user string, now time.Time) error {
 	if token == "" {
 		return errCSRFMissing
 	}
-	b, err := base64.RawURLEncoding.DecodeString(token)
+	b, err := base64.RawURLEncoding.Strict().DecodeString(token) // one text per token
 	if err != nil || len(b) != 8+sha256.Size {
 		return errCSRFInvalid
 	}
@@ -172,7 +172,7 @@ func (c *Console) checkConfirmation(token, user string, form url.Values, now tim
 	if token == "" {
 		return errConfirmMissing
 	}
-	b, err := base64.RawURLEncoding.DecodeString(token)
+	b, err := base64.RawURLEncoding.Strict().DecodeString(token) // one text per token
 	if err != nil || len(b) != 8+sha256.Size {
 		return errConfirmInvalid
 	}

@@ -95,9 +95,10 @@ func TestActRefusesWhatWasNotConfirmed(t *testing.T) {
 		"another action":  func(v url.Values) { v.Set("action", "outbox.redrive") },
 		"an added field":  func(v url.Values) { v.Set("do", "discard:matching") },
 		"no confirmation": func(v url.Values) { v.Del("confirmation") },
-		"a forged one": func(v url.Values) {
+		"a forged one":    func(v url.Values) { v.Set("confirmation", forge(t, v.Get("confirmation"))) },
+		"another text of it": func(v url.Values) { // the same bytes, its padding bits set: refused as not canonical
 			c := v.Get("confirmation")
-			v.Set("confirmation", c[:len(c)-2]+"AA")
+			v.Set("confirmation", c[:len(c)-1]+padded(c[len(c)-1]))
 		},
 	} {
 		f := clone(confirm)
@@ -106,7 +107,7 @@ func TestActRefusesWhatWasNotConfirmed(t *testing.T) {
 		require.Equal(t, http.StatusForbidden, resp.StatusCode, name)
 	}
 	require.EqualValues(t, 2, w.count(`SELECT count(*) FROM {s}.outbox_dead_letters`), "nothing was done")
-	require.Len(t, w.refusals(), 9, "every refusal is recorded")
+	require.Len(t, w.refusals(), 10, "every refusal is recorded")
 
 	// Another user cannot replay it either.
 	other := newWorldOn(t, w.pool, w.schema, func(c *console.Config) {
@@ -236,4 +237,12 @@ func TestNewRefusesAnUnmigratedSchema(t *testing.T) {
 	require.ErrorIs(t, err, console.ErrSchemaNotMigrated)
 	require.Contains(t, err.Error(), "041_console_audit")
 	require.False(t, errors.Is(err, console.ErrInvalidConfig))
+}
+
+// padded returns the base64url character with the same two leading bits as c (the last character of a 40-byte
+// token carries two bits of it) and other padding bits.
+func padded(c byte) string {
+	const alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
+	i := strings.IndexByte(alphabet, c)
+	return string(alphabet[(i&^15)|((i+1)&15)])
 }
