@@ -71,15 +71,25 @@ func TestCrashesUnderNetworkFaults(t *testing.T) {
 			cfg.DrainTimeout = 4 * time.Minute
 		}
 		run := checkPipelineRun(t, cfg)
-		if run.Faults["restart PostgreSQL (immediate)"] == 0 || run.Worker == nil || run.Worker.Kills == 0 {
-			t.Fatalf("seed %d: the run did not crash both PostgreSQL and the worker", cfg.Seed)
+		if run.Faults["restart PostgreSQL (immediate)"] == 0 {
+			t.Fatalf("seed %d: PostgreSQL was never restarted", cfg.Seed)
 		}
-		if run.Worker.Effects == 0 {
-			t.Fatalf("seed %d: the worker processes handled nothing: their kills tested nothing", cfg.Seed)
-		}
-		if saves, effects := run.AfterLastCrash(); saves < crashMinAfter || effects < crashMinAfter {
-			t.Fatalf("seed %d: %d saves acknowledged and %d effects committed after the last crash, want at least "+
-				"%d of each", cfg.Seed, saves, effects, crashMinAfter)
-		}
+		checkWorkerKills(t, cfg.Seed, run)
 	})
+}
+
+// checkWorkerKills checks that a pipeline run with worker processes killed one, that the killed ones had handled
+// messages, and that the run saved and handled after its last crash.
+func checkWorkerKills(t *testing.T, seed uint64, run histories.PipelineRun) {
+	t.Helper()
+	if run.Worker == nil || run.Worker.Kills == 0 {
+		t.Fatalf("seed %d: the worker process was never killed", seed)
+	}
+	if run.Worker.Effects == 0 {
+		t.Fatalf("seed %d: the worker processes handled nothing: their kills tested nothing", seed)
+	}
+	if saves, effects := run.AfterLastCrash(); saves < crashMinAfter || effects < crashMinAfter {
+		t.Fatalf("seed %d: %d saves acknowledged and %d effects committed after the last crash, want at least "+
+			"%d of each", seed, saves, effects, crashMinAfter)
+	}
 }

@@ -42,6 +42,14 @@ func (c *counter) Apply(event any) {
 	}
 }
 
+// MarshalSnapshot and UnmarshalSnapshot implement aggregate.Snapshotter: the runs' repositories take snapshots
+// (pipelineSnapshotEvery), so a handler's LoadTx stays short however long the run, and the loads read snapshots
+// under the faults too.
+func (c *counter) MarshalSnapshot() ([]byte, error) { return json.Marshal(c.Ticks) }
+
+// UnmarshalSnapshot implements aggregate.Snapshotter.
+func (c *counter) UnmarshalSnapshot(data []byte) error { return json.Unmarshal(data, &c.Ticks) }
+
 // ticked is the n-th event of a counter, raised by save Save.
 type ticked struct {
 	N    int64  `json:"n"`
@@ -62,6 +70,15 @@ func (t *tally) Apply(event any) {
 		t.Counted++
 	}
 }
+
+// MarshalSnapshot implements aggregate.Snapshotter.
+func (t *tally) MarshalSnapshot() ([]byte, error) { return json.Marshal(t.Counted) }
+
+// UnmarshalSnapshot implements aggregate.Snapshotter.
+func (t *tally) UnmarshalSnapshot(data []byte) error { return json.Unmarshal(data, &t.Counted) }
+
+// pipelineSnapshotEvery is how many events apart the pipeline run's repositories take snapshots.
+const pipelineSnapshotEvery = 20
 
 // counted is a handler's effect: message Message (a pipeline message ID) of key at Seq.
 type counted struct {

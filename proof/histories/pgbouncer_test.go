@@ -292,3 +292,24 @@ func TestPipelineThroughPgBouncerUnderNetworkFaults(t *testing.T) {
 	}
 	checkPipelineRun(t, cfg)
 }
+
+// TestPipelineThroughPgBouncerWithWorkerKills is TestPipelineThroughPgBouncerUnderNetworkFaults with the relay and
+// the handlers in a worker process, reaching PgBouncer through the fault proxy too, that the nemesis kills with
+// SIGKILL mid-work and replaces (as in TestCrashesUnderNetworkFaults): PgBouncer, not the server, sees the killed
+// worker's connections end, and must roll back and release the server connections they held mid-transaction.
+func TestPipelineThroughPgBouncerWithWorkerKills(t *testing.T) {
+	pgtest.CheckLeaks(t)
+	admin, schema := pgtest.Migrated(t)
+	b := pgBouncer(t, "")
+	seed := runSeed(t)
+	// Two producers: every message goes through the one worker process.
+	cfg := histories.PipelineRunConfig{Seed: seed, Schema: schema, Admin: admin, Producers: 2, Keys: 4,
+		Duration: 4 * time.Second, DatabaseURL: withParams(b.URL(), "default_query_exec_mode=cache_describe"),
+		PollOnly: true, WorkerCommand: []string{os.Args[0], "-test.run=^$"}, Logger: verboseLogger()}
+	if os.Getenv(envSize) == "full" {
+		cfg.Producers, cfg.Keys, cfg.Partitions, cfg.Duration = 3, 12, 4, 3*time.Minute
+		cfg.DrainTimeout = 4 * time.Minute
+	}
+	run := checkPipelineRun(t, cfg)
+	checkWorkerKills(t, seed, run)
+}

@@ -48,8 +48,12 @@ func TestResolveSavesHoldsACommittedIndeterminateSaveToItsMessages(t *testing.T)
 }
 
 func loadTx(p *pipe, m histories.PipelineMessage, version int64) *pipe {
+	return loadTxState(p, m, version, version)
+}
+
+func loadTxState(p *pipe, m histories.PipelineMessage, version, ticks int64) *pipe {
 	return p.op(histories.KindLoadTx, 1, 0, 1, histories.OK, histories.EffectInput{Message: m},
-		histories.LoadTxOutput{Version: version})
+		histories.LoadTxOutput{Version: version, Ticks: ticks})
 }
 
 func TestCheckHandlerLoadsFlagsALoadThatMissedItsCause(t *testing.T) {
@@ -61,6 +65,14 @@ func TestCheckHandlerLoadsFlagsALoadThatMissedItsCause(t *testing.T) {
 	vs := histories.CheckHandlerLoads(bad.ops)
 	if len(vs) != 1 || vs[0].Kind != "cause not visible" {
 		t.Fatalf("want one cause not visible, got %+v", vs)
+	}
+}
+
+func TestCheckHandlerLoadsFlagsAStateOfAnotherVersion(t *testing.T) {
+	bad := loadTxState(&pipe{}, msg("a3", "a", 3), 5, 4) // version 5 holding the state of version 4
+	vs := histories.CheckHandlerLoads(bad.ops)
+	if len(vs) != 1 || vs[0].Kind != "state not of its version" {
+		t.Fatalf("want one state not of its version, got %+v", vs)
 	}
 }
 

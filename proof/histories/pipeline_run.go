@@ -39,9 +39,10 @@ const (
 	KindUpdateTx = "updatetx"
 )
 
-// LoadTxOutput is the output of a handler's LoadTx: the version of the aggregate it loaded.
+// LoadTxOutput is the output of a handler's LoadTx: the version of the counter it loaded, and its state (the
+// N of the last event applied: equal to Version in every state the log produces).
 type LoadTxOutput struct {
-	Version int64
+	Version, Ticks int64
 }
 
 // Broker is what the pipeline run's relay publishes to and its handlers subscribe to.
@@ -100,15 +101,23 @@ type PipelineRunConfig struct {
 	RestartPostgres func(context.Context) error
 	// WorkerCommand, when set, runs the relay and the handlers in a worker process started with it (the test
 	// binary re-executed; its TestMain calls RunWorkerIfRequested first) instead of in this one; the nemesis kills
-	// it with SIGKILL mid-work and starts another, as a fault of its own. It needs the default broker (the worker
-	// has a GoChannel of its own between its relay and its handlers).
+	// it with SIGKILL mid-work and starts another, as a fault of its own. With the default broker, the worker
+	// has a GoChannel of its own between its relay and its handlers; with WorkerBroker, a broker it builds.
 	WorkerCommand []string
+	// WorkerBroker, with WorkerCommand, is the spec each worker process builds its broker from, with the
+	// WorkerBroker function its test binary passed to RunWorkerIfRequested (a real broker outlives the worker:
+	// what a killed worker's handler had not acknowledged is delivered again to the next one). Broker then only
+	// names that broker and carries its fault proxy; its Publisher and Subscriber are not used.
+	WorkerBroker string
 }
 
 func (c PipelineRunConfig) withDefaults() (PipelineRunConfig, error) {
 	switch {
-	case len(c.WorkerCommand) > 0 && c.Broker != nil:
-		return c, errors.New("histories: PipelineRunConfig.WorkerCommand needs the default broker (Broker nil)")
+	case len(c.WorkerCommand) > 0 && c.Broker != nil && c.WorkerBroker == "":
+		return c, errors.New("histories: PipelineRunConfig.WorkerCommand needs the default broker (Broker nil) " +
+			"or a WorkerBroker the worker processes build theirs from")
+	case c.WorkerBroker != "" && len(c.WorkerCommand) == 0:
+		return c, errors.New("histories: PipelineRunConfig.WorkerBroker needs a WorkerCommand")
 	case c.DatabaseURL == "":
 		return c, errors.New("histories: PipelineRunConfig.DatabaseURL is required")
 	case c.Schema == "":
@@ -271,7 +280,8 @@ func (r PipelineRun) Check(seed uint64) error {
 
 // CheckHandlerLoads flags a handler's LoadTx that did not see the event its message was derived from ("cause not
 // visible"): the message was staged in the transaction that appended the event, so the event has committed before
-// the message can be delivered.
+// the message can be delivered. It flags too a load whose state is not the one its version's events fold to
+// ("state not of its version": a snapshot of another version, an event applied twice or skipped).
 func CheckHandlerLoads(h []Op) []PipelineViolation {
 	var vs []PipelineViolation
 	for _, o := range h {
@@ -284,6 +294,11 @@ func CheckHandlerLoads(h []Op) []PipelineViolation {
 			vs = append(vs, PipelineViolation{Kind: "cause not visible", Message: in.Message.ID,
 				Detail: fmt.Sprintf("the handler loaded version %d of %s; its message came from version %d",
 					out.Version, in.Message.Key, in.Message.Seq), Ops: []Op{o}})
+		}
+		if out.Ticks != out.Version {
+			vs = append(vs, PipelineViolation{Kind: "state not of its version", Message: in.Message.ID,
+				Detail: fmt.Sprintf("the handler loaded version %d of %s in the state of version %d", out.Version,
+					in.Message.Key, out.Ticks), Ops: []Op{o}})
 		}
 	}
 	return vs
@@ -320,6 +335,9 @@ func RunPipeline(ctx context.Context, cfg PipelineRunConfig) (PipelineRun, error
 		return PipelineRun{}, err
 	}
 	brk := cfg.Broker
+	if brk == nil && cfg.WorkerBroker != "" {
+		brk = &Broker{Name: "a broker of the worker processes' own"}
+	}
 	if brk == nil {
 		gc := gochannel.NewGoChannel(gochannel.Config{Persistent: true, BlockPublishUntilSubscriberAck: true},
 			watermill.NewSlogLogger(cfg.Logger))
@@ -385,7 +403,7 @@ func RunPipeline(ctx context.Context, cfg PipelineRunConfig) (PipelineRun, error
 	if len(cfg.WorkerCommand) > 0 {
 		wk = &workers{command: cfg.WorkerCommand, rec: p.rec, logger: cfg.Logger, settings: workerSettings{
 			Through: through, AppPrefix: appPrefix, Schema: cfg.Schema, Partitions: cfg.Partitions,
-			PollOnly: cfg.PollOnly, OpTimeout: cfg.OpTimeout}}
+			PollOnly: cfg.PollOnly, OpTimeout: cfg.OpTimeout, Broker: cfg.WorkerBroker}}
 		defer wk.stop()
 		err := wk.start()
 		if err == nil {
@@ -578,11 +596,12 @@ func (p *pipeline) startConsumers(ctx context.Context, wg *sync.WaitGroup, name 
 	if err != nil {
 		return err
 	}
-	counters, err := aggregate.NewRepository[*counter](store, p.reg, nil)
+	snapshots := &aggregate.RepositoryConfig{SnapshotEvery: pipelineSnapshotEvery, Logger: p.cfg.Logger}
+	counters, err := aggregate.NewRepository[*counter](store, p.reg, snapshots)
 	if err != nil {
 		return err
 	}
-	tallies, err := aggregate.NewRepository[*tally](store, p.reg, nil)
+	tallies, err := aggregate.NewRepository[*tally](store, p.reg, snapshots)
 	if err != nil {
 		return err
 	}
@@ -613,7 +632,7 @@ func (p *pipeline) startConsumers(ctx context.Context, wg *sync.WaitGroup, name 
 				inv.Fail(nil, err)
 				return err
 			}
-			inv.OK(LoadTxOutput{Version: c.Version()})
+			inv.OK(LoadTxOutput{Version: c.Version(), Ticks: c.Ticks})
 			inv = p.record(proc, KindUpdateTx, tallyID(pm.Key), EffectInput{Message: pm})
 			if _, err := tallies.UpsertTx(ctx, tx, tallyID(pm.Key), func(t *tally) error {
 				aggregate.Raise(t, counted{Message: pm.ID, Seq: pm.Seq})
@@ -824,7 +843,7 @@ func (p *pipeline) newProducer(ctx context.Context, id int) (*producer, error) {
 		return nil, err
 	}
 	repo, err := aggregate.NewRepository[*counter](store, p.reg, &aggregate.RepositoryConfig{Stager: stager,
-		Logger: p.cfg.Logger})
+		SnapshotEvery: pipelineSnapshotEvery, Logger: p.cfg.Logger})
 	if err != nil {
 		return nil, err
 	}

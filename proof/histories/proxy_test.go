@@ -19,7 +19,9 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	histories.RunWorkerIfRequested() // a worker process of a pipeline run (TestCrashesUnderNetworkFaults)
+	// A worker process of a pipeline run (TestCrashesUnderNetworkFaults and the worker-kills runs through
+	// PgBouncer and RabbitMQ).
+	histories.RunWorkerIfRequested(rabbitWorkerBroker)
 	pgtest.Main(m)
 }
 

@@ -3,6 +3,7 @@ package histories_test
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"net/url"
 	"os"
 	"strings"
@@ -30,8 +31,11 @@ const rabbitExchange = "histories-ticked"
 var rabbitQueueArgs = amqp.Table{"x-single-active-consumer": true}
 
 // rabbitBroker starts a throwaway node, declares the topology, and returns the broker as the pipeline sees it:
-// the relay's publisher and the handlers' subscriber both connect through a raw fault proxy.
-func rabbitBroker(t *testing.T, ctx context.Context, seed uint64, partitions int) *histories.Broker {
+// the relay's publisher and the handlers' subscriber both connect through a raw fault proxy, whose URL it returns
+// too (the spec a worker process builds its own publisher and subscriber from: rabbitWorkerBroker). For a run
+// whose worker processes connect, it connects no publisher or subscriber of its own.
+func rabbitBroker(t *testing.T, ctx context.Context, seed uint64, partitions int, workers bool) (*histories.Broker,
+	string) {
 	t.Helper()
 	began := time.Now()
 	node, err := rabbitmq.Start(ctx, nil)
@@ -71,60 +75,107 @@ func rabbitBroker(t *testing.T, ctx context.Context, seed uint64, partitions int
 	}
 	t.Cleanup(func() { _ = proxy.Close() })
 	u.Host = proxy.Addr()
-	pub, err := rabbitmq.NewPublisher(rabbitmq.PublisherConfig{URL: u.String(),
+	if workers {
+		return &histories.Broker{Name: "one RabbitMQ node behind a raw fault proxy, the worker processes' " +
+			"connections", Proxy: proxy}, u.String()
+	}
+	brk, closeBroker, err := rabbitWorkerBroker(ctx, u.String(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(closeBroker)
+	brk.Proxy = proxy
+	return brk, u.String()
+}
+
+// rabbitWorkerBroker connects a publisher and a subscriber to the node at URL spec (through its fault proxy),
+// for the pipeline's topology: it is the histories.WorkerBroker of this test binary's worker processes.
+func rabbitWorkerBroker(_ context.Context, spec string, _ *slog.Logger) (*histories.Broker, func(), error) {
+	pub, err := rabbitmq.NewPublisher(rabbitmq.PublisherConfig{URL: spec,
 		Exchange:       func(string) string { return rabbitExchange },
 		RoutingKey:     func(topic string) string { return topic },
 		ConfirmTimeout: 5 * time.Second})
 	if err != nil {
-		t.Fatal(err)
+		return nil, nil, err
 	}
-	t.Cleanup(func() { _ = pub.Close() })
-	cfg := wamqp.NewDurableTopicConfig(u.String(), rabbitExchange, "")
+	cfg := wamqp.NewDurableTopicConfig(spec, rabbitExchange, "")
 	cfg.Exchange.Durable = true
 	cfg.Queue.GenerateName = func(topic string) string { return topic }
 	cfg.Queue.Arguments = rabbitQueueArgs
 	cfg.Consume.Qos.PrefetchCount = 1
 	sub, err := rabbitmq.NewSubscriber(cfg, watermill.NopLogger{})
 	if err != nil {
-		t.Fatal(err)
+		_ = pub.Close()
+		return nil, nil, err
 	}
-	t.Cleanup(func() { _ = sub.Close() })
+	closeBoth := func() { _ = sub.Close(); _ = pub.Close() }
 	return &histories.Broker{Name: "one RabbitMQ node behind a raw fault proxy", Publisher: pub, Subscriber: sub,
-		Unavailable: rabbitmq.Unavailable, Proxy: proxy}
+		Unavailable: rabbitmq.Unavailable}, closeBoth, nil
 }
 
 // TestPipelineThroughRabbitMQUnderNetworkFaults is TestPipelineUnderNetworkFaults with RabbitMQ as the broker, the
 // relay's publisher and the handlers' subscriber reaching it through a second fault proxy, where the nemesis
-// injects half of its black holes, delays, cuts and half-opens. It runs with STAGEHAND_HISTORIES=full or
-// STAGEHAND_HISTORIES_BROKER=rabbitmq.
+// injects half of its black holes, delays, cuts and half-opens. In "worker-kills", the relay and the handlers run
+// in a worker process the nemesis kills with SIGKILL mid-work, as in TestCrashesUnderNetworkFaults: the delivery a
+// killed handler had not acknowledged goes back to its queue, and the next worker's handler gets it again. It
+// runs with STAGEHAND_HISTORIES=full or STAGEHAND_HISTORIES_BROKER=rabbitmq.
 func TestPipelineThroughRabbitMQUnderNetworkFaults(t *testing.T) {
 	full := os.Getenv(envSize) == "full"
 	if !full && !strings.EqualFold(os.Getenv(envBroker), "rabbitmq") {
 		t.Skipf("set %s=rabbitmq (or %s=full) to run the pipeline through RabbitMQ", envBroker, envSize)
 	}
-	pgtest.CheckLeaks(t)
-	admin, schema := pgtest.Migrated(t)
-	seed := runSeed(t)
-	cfg := histories.PipelineRunConfig{Seed: seed, DatabaseURL: pgtest.URL(t), Schema: schema, Admin: admin,
-		Duration: 6 * time.Second, Partitions: 3, Logger: verboseLogger()}
-	if full {
-		cfg.Producers, cfg.Keys, cfg.Partitions, cfg.Duration = 6, 24, 4, 3*time.Minute
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), cfg.Duration+5*time.Minute)
-	defer cancel()
-	cfg.Broker = rabbitBroker(t, ctx, seed, cfg.Partitions)
+	t.Run("in-process", func(t *testing.T) {
+		pgtest.CheckLeaks(t)
+		admin, schema := pgtest.Migrated(t)
+		seed := runSeed(t)
+		cfg := histories.PipelineRunConfig{Seed: seed, DatabaseURL: pgtest.URL(t), Schema: schema, Admin: admin,
+			Duration: 6 * time.Second, Partitions: 3, Logger: verboseLogger()}
+		if full {
+			cfg.Producers, cfg.Keys, cfg.Partitions, cfg.Duration = 6, 24, 4, 3*time.Minute
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), cfg.Duration+5*time.Minute)
+		defer cancel()
+		cfg.Broker, _ = rabbitBroker(t, ctx, seed, cfg.Partitions, false)
+		checkRabbitRun(t, ctx, cfg)
+	})
+	t.Run("worker-kills", func(t *testing.T) {
+		pgtest.CheckLeaks(t)
+		admin, schema := pgtest.Migrated(t)
+		seed := runSeed(t)
+		// Two producers, as in TestCrashesUnderNetworkFaults: every message goes through the one worker process.
+		cfg := histories.PipelineRunConfig{Seed: seed, DatabaseURL: pgtest.URL(t), Schema: schema, Admin: admin,
+			Producers: 2, Keys: 4, Partitions: 3, Duration: 6 * time.Second,
+			WorkerCommand: []string{os.Args[0], "-test.run=^$"}, Logger: verboseLogger()}
+		if full {
+			cfg.Producers, cfg.Keys, cfg.Partitions, cfg.Duration = 3, 12, 4, 3*time.Minute
+			cfg.DrainTimeout = 4 * time.Minute
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), cfg.Duration+max(cfg.DrainTimeout, 2*time.Minute)+
+			3*time.Minute)
+		defer cancel()
+		cfg.Broker, cfg.WorkerBroker = rabbitBroker(t, ctx, seed, cfg.Partitions, true)
+		run := checkRabbitRun(t, ctx, cfg)
+		checkWorkerKills(t, seed, run)
+	})
+}
+
+// checkRabbitRun runs a pipeline through RabbitMQ and checks it: every checker, drained, and faults reached the
+// broker's connections.
+func checkRabbitRun(t *testing.T, ctx context.Context, cfg histories.PipelineRunConfig) histories.PipelineRun {
+	t.Helper()
 	run, err := histories.RunPipeline(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("\n%s", run.Summary())
-	if err := run.Check(seed); err != nil {
+	if err := run.Check(cfg.Seed); err != nil {
 		t.Fatal(err)
 	}
 	if !run.Drained {
-		t.Fatalf("seed %d: the pipeline did not drain within the timeout", seed)
+		t.Fatalf("seed %d: the pipeline did not drain within the timeout", cfg.Seed)
 	}
 	if run.BrokerProxy == nil || run.BrokerProxy.Cut+run.BrokerProxy.HalfOpened+run.BrokerProxy.MessagesDelayed == 0 {
-		t.Fatalf("seed %d: no fault reached the broker's connections", seed)
+		t.Fatalf("seed %d: no fault reached the broker's connections", cfg.Seed)
 	}
+	return run
 }

@@ -44,7 +44,13 @@ type workerSettings struct {
 	PollOnly    bool          //
 	OpTimeout   time.Duration //
 	Incarnation int           // how many workers started before this one
+	Broker      string        // PipelineRunConfig.WorkerBroker: empty for a GoChannel of its own
 }
+
+// A WorkerBroker builds, in a worker process, the broker its relay publishes to and its handlers consume from,
+// from the spec of PipelineRunConfig.WorkerBroker. It returns the broker (Publisher, Subscriber and Unavailable
+// are used) and a function that closes it.
+type WorkerBroker func(ctx context.Context, spec string, logger *slog.Logger) (*Broker, func(), error)
 
 // workerLine is one line of a worker's report.
 type workerLine struct {
@@ -57,26 +63,28 @@ type workerLine struct {
 	// Duplicate and Version are the outputs of an ok effect and an ok LoadTx.
 	Duplicate bool   `json:"dup,omitempty"`
 	Version   int64  `json:"v,omitempty"`
+	Ticks     int64  `json:"ticks,omitempty"`
 	Err       string `json:"err,omitempty"`
 	At        int64  `json:"t"` // Unix nanoseconds
 }
 
 // RunWorkerIfRequested runs a worker process and exits when this process was started as one (by RunPipeline,
 // through PipelineRunConfig.WorkerCommand); otherwise it returns at once. Call it first in the test binary's
-// TestMain.
-func RunWorkerIfRequested() {
+// TestMain. broker builds the worker's broker when the run has a WorkerBroker spec; it may be nil when no run of
+// the binary has one.
+func RunWorkerIfRequested(broker WorkerBroker) {
 	v := os.Getenv(envWorker)
 	if v == "" {
 		return
 	}
-	if err := runWorker(v); err != nil {
+	if err := runWorker(v, broker); err != nil {
 		fmt.Fprintf(os.Stderr, "level=ERROR msg=\"histories: worker process failed\" error=%q\n", err.Error())
 		os.Exit(1)
 	}
 	os.Exit(0)
 }
 
-func runWorker(settings string) error {
+func runWorker(settings string, broker WorkerBroker) error {
 	var ws workerSettings
 	if err := json.Unmarshal([]byte(settings), &ws); err != nil {
 		return fmt.Errorf("%s: %w", envWorker, err)
@@ -89,13 +97,28 @@ func runWorker(settings string) error {
 	if err != nil {
 		return err
 	}
-	gc := gochannel.NewGoChannel(gochannel.Config{Persistent: true, BlockPublishUntilSubscriberAck: true},
-		watermill.NewSlogLogger(logger))
-	defer func() { _ = gc.Close() }()
+	var brk *Broker
+	switch {
+	case ws.Broker == "":
+		gc := gochannel.NewGoChannel(gochannel.Config{Persistent: true, BlockPublishUntilSubscriberAck: true},
+			watermill.NewSlogLogger(logger))
+		defer func() { _ = gc.Close() }()
+		brk = &Broker{Name: "worker GoChannel", Publisher: gc, Subscriber: gc}
+	case broker == nil:
+		return fmt.Errorf("the run names a worker broker (%q) and RunWorkerIfRequested was given none to build it",
+			ws.Broker)
+	default:
+		b, closeBroker, err := broker(ctx, ws.Broker, logger)
+		if err != nil {
+			return fmt.Errorf("worker broker %q: %w", ws.Broker, err)
+		}
+		defer closeBroker()
+		brk = b
+	}
 	out := &lineWriter{w: os.Stdout}
 	p := &pipeline{cfg: PipelineRunConfig{Schema: ws.Schema, Partitions: ws.Partitions, PollOnly: ws.PollOnly,
 		OpTimeout: ws.OpTimeout, Logger: logger}, through: ws.Through, appPrefix: ws.AppPrefix, reg: reg,
-		brk: &Broker{Name: "worker GoChannel", Publisher: gc, Subscriber: gc}, record: out.invoke}
+		brk: brk, record: out.invoke}
 	defer p.closeAll()
 	var wg sync.WaitGroup
 	defer wg.Wait()
@@ -166,7 +189,7 @@ func (i *lineInvocation) OK(output any) {
 	case EffectOutput:
 		line.Duplicate = o.Duplicate
 	case LoadTxOutput:
-		line.Version = o.Version
+		line.Version, line.Ticks = o.Version, o.Ticks
 	}
 	i.l.write(line)
 }
@@ -296,7 +319,7 @@ func (w *workers) readReport(wp *workerProc, r io.Reader) {
 					out = EffectOutput{Duplicate: l.Duplicate}
 					wp.effects.Add(1)
 				case KindLoadTx:
-					out = LoadTxOutput{Version: l.Version}
+					out = LoadTxOutput{Version: l.Version, Ticks: l.Ticks}
 				}
 				inv.completeAt(at, OK, out, nil)
 			case "fail":

@@ -20,7 +20,7 @@ func TestWorkerReportIsRecorded(t *testing.T) {
 		{Event: "ready"},
 		{Event: "invoke", ID: 1, Process: 300, Kind: KindEffect, Key: msg.Key, Message: msg},
 		{Event: "invoke", ID: 2, Process: 300, Kind: KindLoadTx, Key: msg.Key, Message: msg},
-		{Event: "ok", ID: 2, Version: 3},
+		{Event: "ok", ID: 2, Version: 3, Ticks: 3},
 		{Event: "ok", ID: 1, Duplicate: true},
 		{Event: "invoke", ID: 3, Process: 301, Kind: KindEffect, Key: "counter-02"},
 		{Event: "info", ID: 4, Err: "never invoked"},
@@ -62,7 +62,7 @@ func TestWorkerReportIsRecorded(t *testing.T) {
 		effect.Complete != base+10*time.Millisecond {
 		t.Errorf("effect: %v", effect)
 	}
-	if load.Outcome != OK || load.Output != (LoadTxOutput{Version: 3}) || load.Invoke != base+20*time.Millisecond ||
+	if load.Outcome != OK || load.Output != (LoadTxOutput{Version: 3, Ticks: 3}) || load.Invoke != base+20*time.Millisecond ||
 		load.Complete != base+20*time.Millisecond {
 		t.Errorf("loadtx: %v", load)
 	}
@@ -74,11 +74,17 @@ func TestWorkerReportIsRecorded(t *testing.T) {
 	}
 }
 
-// A worker command needs the default broker.
-func TestWorkerCommandNeedsTheDefaultBroker(t *testing.T) {
+// A worker command needs the default broker or a broker spec its processes build theirs from, and a broker spec
+// needs a worker command.
+func TestWorkerCommandNeedsTheDefaultBrokerOrASpec(t *testing.T) {
 	_, err := PipelineRunConfig{DatabaseURL: "postgres://x", Schema: "s", Admin: nil, WorkerCommand: []string{"x"},
 		Broker: &Broker{}}.withDefaults()
 	if err == nil || !strings.Contains(err.Error(), "WorkerCommand") {
 		t.Fatalf("err = %v, want one naming WorkerCommand", err)
+	}
+	_, err = PipelineRunConfig{DatabaseURL: "postgres://x", Schema: "s", Admin: nil, WorkerBroker: "amqp://x"}.
+		withDefaults()
+	if err == nil || !strings.Contains(err.Error(), "WorkerBroker") {
+		t.Fatalf("err = %v, want one naming WorkerBroker", err)
 	}
 }
