@@ -66,9 +66,11 @@ func TestCrashesUnderNetworkFaults(t *testing.T) {
 			Producers: 2, Keys: 4, Duration: 4 * time.Second, RestartPostgres: restart,
 			WorkerCommand: []string{os.Args[0], "-test.run=^$"}, Logger: verboseLogger()}
 		if full {
-			// The backlog the one worker process leaves at the end of 3 minutes takes minutes to drain.
+			// Unpaced, three producers saved 137-157 saves a second (about 300 messages) for 3 minutes, the one
+			// worker process handled 18-176 a second, and the backlog did not drain in 4 minutes: a producer pauses
+			// 40 ms after each save.
 			cfg.Producers, cfg.Keys, cfg.Partitions, cfg.Duration = 3, 12, 4, 3*time.Minute
-			cfg.DrainTimeout = 4 * time.Minute
+			cfg.DrainTimeout, cfg.SaveEvery = 4*time.Minute, 40*time.Millisecond
 		}
 		run := checkPipelineRun(t, cfg)
 		if run.Faults["restart PostgreSQL (immediate)"] == 0 {

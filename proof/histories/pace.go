@@ -61,12 +61,10 @@ func EffectPace(h []Op, from time.Duration) Pace {
 		switch o.Kind {
 		case KindLoadTx:
 			loads = append(loads, o.Complete-o.Invoke)
-			continue
 		case KindUpdateTx:
 			updates = append(updates, o.Complete-o.Invoke)
-			continue
-		case KindEffect:
-		default:
+		}
+		if o.Kind != KindEffect {
 			continue
 		}
 		if first < 0 {

@@ -308,7 +308,7 @@ func TestPipelineThroughPgBouncerWithWorkerKills(t *testing.T) {
 		PollOnly: true, WorkerCommand: []string{os.Args[0], "-test.run=^$"}, Logger: verboseLogger()}
 	if os.Getenv(envSize) == "full" {
 		cfg.Producers, cfg.Keys, cfg.Partitions, cfg.Duration = 3, 12, 4, 3*time.Minute
-		cfg.DrainTimeout = 4 * time.Minute
+		cfg.DrainTimeout, cfg.SaveEvery = 4*time.Minute, 40*time.Millisecond
 	}
 	run := checkPipelineRun(t, cfg)
 	checkWorkerKills(t, seed, run)

@@ -84,6 +84,9 @@ type PipelineRunConfig struct {
 	Duration time.Duration
 	// OpTimeout bounds each save and read. Default 2s.
 	OpTimeout time.Duration
+	// SaveEvery is the pause a producer takes after each save: the pace of a run whose handlers would otherwise
+	// fall ever further behind its producers (one worker process handling every message). Default 0: none.
+	SaveEvery time.Duration
 	// FaultEvery is the mean time between two faults. Default 300ms.
 	FaultEvery time.Duration
 	// DrainTimeout bounds the wait, after the faults, for every committed message to have an effect and the
@@ -868,6 +871,9 @@ func (pr *producer) run(ctx context.Context) {
 			pr.have[key] = c
 		}
 		pr.save(ctx, c)
+		if pr.p.cfg.SaveEvery > 0 {
+			sleep(ctx, pr.p.cfg.SaveEvery)
+		}
 	}
 }
 

@@ -148,7 +148,7 @@ func TestPipelineThroughRabbitMQUnderNetworkFaults(t *testing.T) {
 			WorkerCommand: []string{os.Args[0], "-test.run=^$"}, Logger: verboseLogger()}
 		if full {
 			cfg.Producers, cfg.Keys, cfg.Partitions, cfg.Duration = 3, 12, 4, 3*time.Minute
-			cfg.DrainTimeout = 4 * time.Minute
+			cfg.DrainTimeout, cfg.SaveEvery = 4*time.Minute, 40*time.Millisecond
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), cfg.Duration+max(cfg.DrainTimeout, 2*time.Minute)+
 			3*time.Minute)
