@@ -289,6 +289,7 @@ func TestPipelineThroughPgBouncerUnderNetworkFaults(t *testing.T) {
 		Logger: verboseLogger()}
 	if os.Getenv(envSize) == "full" {
 		cfg.Producers, cfg.Keys, cfg.Partitions, cfg.Duration = 6, 24, 4, 3*time.Minute
+		cfg.SaveEvery = fullSaveEvery
 	}
 	checkPipelineRun(t, cfg)
 }

@@ -132,6 +132,7 @@ func TestPipelineThroughRabbitMQUnderNetworkFaults(t *testing.T) {
 			Duration: 6 * time.Second, Partitions: 3, Logger: verboseLogger()}
 		if full {
 			cfg.Producers, cfg.Keys, cfg.Partitions, cfg.Duration = 6, 24, 4, 3*time.Minute
+			cfg.SaveEvery = fullSaveEvery
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), cfg.Duration+5*time.Minute)
 		defer cancel()
