@@ -60,7 +60,7 @@ type workerLine struct {
 	Kind    string          `json:"k,omitempty"`
 	Key     string          `json:"key,omitempty"`
 	Message PipelineMessage `json:"m"`
-	// Duplicate and Version are the outputs of an ok effect and an ok LoadTx.
+	// Duplicate is the output of an ok effect; Version and Ticks of an ok LoadTx.
 	Duplicate bool   `json:"dup,omitempty"`
 	Version   int64  `json:"v,omitempty"`
 	Ticks     int64  `json:"ticks,omitempty"`
