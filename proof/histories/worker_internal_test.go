@@ -88,3 +88,16 @@ func TestWorkerCommandNeedsTheDefaultBrokerOrASpec(t *testing.T) {
 		t.Fatalf("err = %v, want one naming WorkerBroker", err)
 	}
 }
+
+// A worker told to build a broker from a spec, in a binary that gave RunWorkerIfRequested no function to build it
+// with, fails at once and names the spec, rather than running with a GoChannel its parent does not know of.
+func TestWorkerWithABrokerSpecNeedsABuilder(t *testing.T) {
+	b, err := json.Marshal(workerSettings{Broker: "amqp://guest@127.0.0.1:1/"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = runWorker(string(b), nil)
+	if err == nil || !strings.Contains(err.Error(), "amqp://guest@127.0.0.1:1/") {
+		t.Fatalf("err = %v, want one naming the broker spec", err)
+	}
+}
