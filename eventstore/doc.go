@@ -6,7 +6,11 @@
 // nothing. Under REPEATABLE READ or SERIALIZABLE a racing append can also lose to a serialization failure (SQLSTATE
 // 40001) or a deadlock (40P01), in its statement, in the statements staged with it or at its COMMIT (AppendWith,
 // AppendQueued): that too is a *ConflictError (its Reason says which), never a raw SQLSTATE, so a retry loop treats
-// every loser alike. The COMMIT of a caller's own transaction (after AppendTx) is the caller's to classify.
+// every loser alike. The COMMIT of a caller's own transaction (after AppendTx) is the caller's to classify. Under
+// SERIALIZABLE PostgreSQL can also cancel a statement that only reads (when it reads a row of a transaction that
+// has prepared or committed and that formed a dangerous structure with a third); the PostgreSQL store's reads
+// through its pool (Stream, ReadStream, ReadStreamPage, ReadLog, LoadSnapshot, HeadPosition, CountLog, RecordedAt,
+// Lifecycle) write nothing, so they read again, for up to about 1.6 s, rather than hand the caller a SQLSTATE.
 //
 // A stream's versions are 1..n with no gaps and no duplicates. A stream's identity includes its tenant: the same
 // stream ID in two tenants is two streams, and no read of one tenant returns another's events.

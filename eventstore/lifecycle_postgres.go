@@ -48,13 +48,20 @@ func (s *PostgresStore) DeleteStream(ctx context.Context, req LifecycleRequest) 
 // Lifecycle implements LifecycleStore.
 func (s *PostgresStore) Lifecycle(ctx context.Context, tenant, streamID string) (StreamLifecycle, error) {
 	tenant = tenantOrDefault(tenant)
-	lc, found, err := s.readLifecycle(ctx, s.pool, tenant, streamID, false)
-	if err != nil || found {
-		return lc, err
+	type read struct {
+		lc    StreamLifecycle
+		found bool
+	}
+	r, err := poolRead(ctx, func() (read, error) {
+		lc, found, err := s.readLifecycle(ctx, s.pool, tenant, streamID, false)
+		return read{lc, found}, err
+	})
+	if err != nil || r.found {
+		return r.lc, err
 	}
 	info, err := s.Stream(ctx, tenant, streamID)
 	if err != nil {
-		return lc, err
+		return r.lc, err
 	}
 	return StreamLifecycle{Tenant: tenant, StreamID: streamID, StreamType: info.StreamType, State: StreamActive,
 		Version: info.Version}, nil

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
 )
@@ -85,4 +86,36 @@ func (s *PostgresStore) commitError(ctx context.Context, err error, req AppendRe
 		return s.withActual(ctx, c, req)
 	}
 	return fmt.Errorf("eventstore: commit append to stream %q: %w", req.StreamID, err)
+}
+
+// readAttempts bounds how many times poolRead runs a read that PostgreSQL keeps cancelling as a conflict.
+const readAttempts = 20
+
+// poolRead runs read, which reads through the pool (each statement its own implicit transaction, writing nothing),
+// and runs it again when PostgreSQL cancelled it as a transaction conflict. Under SERIALIZABLE (a server, database
+// or role whose default_transaction_isolation is serializable) PostgreSQL can cancel a statement that only reads
+// with a serialization failure: when it reads a row version of a transaction that has already prepared or
+// committed and that read what a transaction committed before it then changed ("Canceled on conflict out to
+// pivot, during read"), the reader is the only one it can still cancel. Nothing was written, so reading again is
+// safe, and a read started later usually finds the writer ended. It waits 1 ms before the second try, doubling
+// up to 100 ms, and gives up after readAttempts tries (about 1.6 s) or when ctx ends, with the last error.
+func poolRead[T any](ctx context.Context, read func() (T, error)) (T, error) {
+	wait := time.Millisecond
+	for attempt := 1; ; attempt++ {
+		v, err := read()
+		if err == nil || conflictReason(err) == "" {
+			return v, err
+		}
+		if attempt == readAttempts {
+			return v, fmt.Errorf("eventstore: a read cancelled as a transaction conflict %d times: %w", attempt, err)
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return v, err
+		case <-t.C:
+		}
+		wait = min(2*wait, 100*time.Millisecond)
+	}
 }

@@ -524,11 +524,15 @@ func finishRecord(r *Record, meta []byte) error {
 
 // ReadStream implements Store.
 func (s *PostgresStore) ReadStream(ctx context.Context, tenant, streamID string, fromVersion int64) ([]Record, error) {
-	return s.readStream(ctx, s.pool, tenant, streamID, fromVersion, 0)
+	return poolRead(ctx, func() ([]Record, error) { return s.readStream(ctx, s.pool, tenant, streamID, fromVersion, 0) })
 }
 
 // Stream implements Store.
 func (s *PostgresStore) Stream(ctx context.Context, tenant, streamID string) (StreamInfo, error) {
+	return poolRead(ctx, func() (StreamInfo, error) { return s.stream(ctx, tenant, streamID) })
+}
+
+func (s *PostgresStore) stream(ctx context.Context, tenant, streamID string) (StreamInfo, error) {
 	tenant = tenantOrDefault(tenant)
 	info := StreamInfo{Tenant: tenant, StreamID: streamID, State: StreamActive}
 	var lastType string
@@ -553,9 +557,11 @@ func (s *PostgresStore) Stream(ctx context.Context, tenant, streamID string) (St
 
 // HeadPosition implements Store.
 func (s *PostgresStore) HeadPosition(ctx context.Context) (int64, error) {
-	var head int64
-	if err := s.pool.QueryRow(ctx, s.q.headPosition.SQL).Scan(&head); err != nil {
-		return 0, fmt.Errorf("eventstore: head position: %w", err)
-	}
-	return head, nil
+	return poolRead(ctx, func() (int64, error) {
+		var head int64
+		if err := s.pool.QueryRow(ctx, s.q.headPosition.SQL).Scan(&head); err != nil {
+			return 0, fmt.Errorf("eventstore: head position: %w", err)
+		}
+		return head, nil
+	})
 }

@@ -9,6 +9,10 @@ import (
 
 // ReadLog implements Store with lock-aware gap detection (see PostgresStore).
 func (s *PostgresStore) ReadLog(ctx context.Context, q LogQuery) (LogPage, error) {
+	return poolRead(ctx, func() (LogPage, error) { return s.readLog(ctx, q) })
+}
+
+func (s *PostgresStore) readLog(ctx context.Context, q LogQuery) (LogPage, error) {
 	if err := checkQuery(&q); err != nil {
 		return LogPage{}, err
 	}

@@ -136,13 +136,19 @@ func (s *PostgresStore) ReadStreamPage(ctx context.Context, tenant, streamID str
 	if limit <= 0 {
 		limit = 100
 	}
-	return s.readStream(ctx, s.pool, tenant, streamID, fromVersion, limit)
+	return poolRead(ctx, func() ([]Record, error) {
+		return s.readStream(ctx, s.pool, tenant, streamID, fromVersion, limit)
+	})
 }
 
 // RecordedAt returns when the events at the given log positions were recorded (their appending transaction's
 // start, by the database's clock), by position; a position that holds no event is absent. Each position is one
 // probe of the log's primary key.
 func (s *PostgresStore) RecordedAt(ctx context.Context, positions []int64) (map[int64]time.Time, error) {
+	return poolRead(ctx, func() (map[int64]time.Time, error) { return s.recordedAt(ctx, positions) })
+}
+
+func (s *PostgresStore) recordedAt(ctx context.Context, positions []int64) (map[int64]time.Time, error) {
 	out := make(map[int64]time.Time, len(positions))
 	if len(positions) == 0 {
 		return out, nil
@@ -173,15 +179,17 @@ func (s *PostgresStore) CountLog(ctx context.Context, q LogQuery, through int64)
 	if err := checkQuery(&q); err != nil {
 		return 0, err
 	}
-	var n int64
-	c := s.q.countLog
-	err := s.pool.QueryRow(ctx, c.SQL, c.Args(&param{After: q.After, Through: through,
-		TypesIn: nilIfEmpty(q.EventTypes), StreamsIn: nilIfEmpty(q.StreamTypes), TenantsIn: nilIfEmpty(q.Tenants)})...).
-		Scan(&n)
-	if err != nil {
-		return 0, fmt.Errorf("eventstore: count the log from %d to %d: %w", q.After, through, err)
-	}
-	return n, nil
+	return poolRead(ctx, func() (int64, error) {
+		var n int64
+		c := s.q.countLog
+		err := s.pool.QueryRow(ctx, c.SQL, c.Args(&param{After: q.After, Through: through,
+			TypesIn: nilIfEmpty(q.EventTypes), StreamsIn: nilIfEmpty(q.StreamTypes),
+			TenantsIn: nilIfEmpty(q.Tenants)})...).Scan(&n)
+		if err != nil {
+			return 0, fmt.Errorf("eventstore: count the log from %d to %d: %w", q.After, through, err)
+		}
+		return n, nil
+	})
 }
 
 // SaveSnapshot implements Store. It writes through the pool, so call it only for a version that has committed:
@@ -240,7 +248,7 @@ func (s *PostgresStore) loadSnapshot(ctx context.Context, db dbtx, tenant, strea
 
 // LoadSnapshot implements Store.
 func (s *PostgresStore) LoadSnapshot(ctx context.Context, tenant, streamID string) (Snapshot, error) {
-	return s.loadSnapshot(ctx, s.pool, tenant, streamID)
+	return poolRead(ctx, func() (Snapshot, error) { return s.loadSnapshot(ctx, s.pool, tenant, streamID) })
 }
 
 // LoadSnapshotTx implements TransactionalStore.

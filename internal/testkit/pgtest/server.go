@@ -166,6 +166,9 @@ func (s *Server) writeConf(opts Options) error {
 		"max_connections":           "400",
 		"shared_buffers":            "128MB",
 		"max_locks_per_transaction": "256",
+		// Prepared transactions: a transaction that has prepared can no longer be cancelled, which is how a test
+		// makes PostgreSQL cancel a read under SERIALIZABLE instead.
+		"max_prepared_transactions": "16",
 		"log_min_messages":          "warning",
 		"logging_collector":         "off",
 	}
