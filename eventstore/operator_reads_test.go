@@ -91,3 +91,72 @@ func TestRecordedAtAndCountLog(t *testing.T) {
 		require.EqualValues(t, 2, n, "tenant %q", blank)
 	}
 }
+
+// CountLog counts what ReadLog returns over the same range, whatever the streams' lifecycles: an archived stream's
+// events count, a deleted stream's tombstones do not, nor do lifecycle markers, except a deletion's marker for a
+// query with Deletions set. RecordedAt finds archived and deleted streams' positions too.
+func TestCountLogCountsWhatReadLogReturns(t *testing.T) {
+	t.Parallel()
+	s := newPostgres(t)
+	ctx := context.Background()
+	archived := appendTenant(t, s, "acme", "archived", 3)
+	deleted := appendTenant(t, s, "acme", "deleted", 2)
+	appendTenant(t, s, "globex", "kept", 2)
+	_, err := s.ArchiveStream(ctx, eventstore.LifecycleRequest{Tenant: "acme", StreamID: "archived"})
+	require.NoError(t, err)
+	_, err = s.DeleteStream(ctx, eventstore.LifecycleRequest{Tenant: "acme", StreamID: "deleted", Reason: "erasure"})
+	require.NoError(t, err)
+	appendTenant(t, s, "acme", "later", 1)
+	head, err := s.HeadPosition(ctx)
+	require.NoError(t, err)
+
+	// read counts what ReadLog returns for q up to through, page by page.
+	read := func(q eventstore.LogQuery, through int64) int64 {
+		q.Limit = 2
+		var n int64
+		for q.After < through {
+			page, err := s.ReadLog(ctx, q)
+			require.NoError(t, err)
+			for _, r := range page.Records {
+				if r.Position <= through {
+					n++
+				}
+			}
+			if page.Last == q.After {
+				break
+			}
+			q.After = page.Last
+		}
+		return n
+	}
+	queries := []eventstore.LogQuery{
+		{},
+		{Deletions: true},
+		{Tenants: []string{"acme"}},
+		{Tenants: []string{"acme"}, Deletions: true},
+		{Tenants: []string{"globex"}, Deletions: true},
+		{EventTypes: []string{"deposited"}, Deletions: true},
+		{StreamTypes: []string{"loan"}, Deletions: true},
+		{After: archived[1].Position},
+	}
+	for _, q := range queries {
+		for _, through := range []int64{deleted[1].Position, head} {
+			want := read(q, through)
+			got, err := s.CountLog(ctx, q, through)
+			require.NoError(t, err)
+			require.Equal(t, want, got, "query %+v through %d", q, through)
+		}
+	}
+	// What that compared: the archived events count, the deletion's marker only when asked for.
+	n, err := s.CountLog(ctx, eventstore.LogQuery{}, head)
+	require.NoError(t, err)
+	require.EqualValues(t, 3+2+1, n, "three archived events, two kept, one later")
+	n, err = s.CountLog(ctx, eventstore.LogQuery{Deletions: true}, head)
+	require.NoError(t, err)
+	require.EqualValues(t, 3+2+1+1, n, "and the deletion's marker")
+
+	at, err := s.RecordedAt(ctx, []int64{archived[0].Position, deleted[0].Position})
+	require.NoError(t, err)
+	require.True(t, at[archived[0].Position].Equal(archived[0].RecordedAt), "an archived event's recording time")
+	require.True(t, at[deleted[0].Position].Equal(deleted[0].RecordedAt), "a tombstone's recording time")
+}

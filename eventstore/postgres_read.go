@@ -142,8 +142,8 @@ func (s *PostgresStore) ReadStreamPage(ctx context.Context, tenant, streamID str
 }
 
 // RecordedAt returns when the events at the given log positions were recorded (their appending transaction's
-// start, by the database's clock), by position; a position that holds no event is absent. Each position is one
-// probe of the log's primary key.
+// start, by the database's clock), by position, archived and deleted streams' events included; a position that
+// holds no event is absent. Each position is one probe of the log's position indexes.
 func (s *PostgresStore) RecordedAt(ctx context.Context, positions []int64) (map[int64]time.Time, error) {
 	return poolRead(ctx, func() (map[int64]time.Time, error) { return s.recordedAt(ctx, positions) })
 }
@@ -171,10 +171,11 @@ func (s *PostgresStore) recordedAt(ctx context.Context, positions []int64) (map[
 	return out, nil
 }
 
-// CountLog counts the events of the log after q.After and at or before through that match q's filters (q.Limit
-// does not matter), walking the log's primary key over that range. Unlike ReadLog it does not wait for in-flight
-// appends: near the head, an event that commits later with a lower position is not counted. It is meant for rates
-// and progress figures, never for following the log.
+// CountLog counts the events of the log after q.After and at or before through that a ReadLog with q returns
+// (q.Limit does not matter): its filters apply, archived streams' events count, tombstones and lifecycle markers do
+// not (a deletion's marker does when q.Deletions is set). It walks the log's position indexes over that range.
+// Unlike ReadLog it does not wait for in-flight appends: near the head, an event that commits later with a lower
+// position is not counted. It is meant for rates and progress figures, never for following the log.
 func (s *PostgresStore) CountLog(ctx context.Context, q LogQuery, through int64) (int64, error) {
 	if err := checkQuery(&q); err != nil {
 		return 0, err
@@ -184,7 +185,8 @@ func (s *PostgresStore) CountLog(ctx context.Context, q LogQuery, through int64)
 		c := s.q.countLog
 		err := s.pool.QueryRow(ctx, c.SQL, c.Args(&param{After: q.After, Through: through,
 			TypesIn: nilIfEmpty(q.EventTypes), StreamsIn: nilIfEmpty(q.StreamTypes),
-			TenantsIn: nilIfEmpty(q.Tenants)})...).Scan(&n)
+			TenantsIn: nilIfEmpty(q.Tenants), Deletions: q.Deletions, MarkerPrefix: LifecycleTypePrefix,
+			MarkerType: StreamDeletedType})...).Scan(&n)
 		if err != nil {
 			return 0, fmt.Errorf("eventstore: count the log from %d to %d: %w", q.After, through, err)
 		}

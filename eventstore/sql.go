@@ -56,6 +56,7 @@ type param struct {
 	TypesIn     []string `sql:"event_types_in"` // a log query's filters, NULL for none
 	StreamsIn   []string `sql:"stream_types_in"`
 	TenantsIn   []string `sql:"tenants_in"`
+	Deletions   bool     `sql:"deletions"` // a log query's Deletions
 	Holders     []string `sql:"holders"`
 	Positions   []int64  `sql:"positions"`
 

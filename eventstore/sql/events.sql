@@ -171,13 +171,21 @@ SELECT (SELECT version FROM {streams} WHERE tenant_id = @tenant_id AND stream_id
 SELECT coalesce((SELECT version FROM {streams} WHERE tenant_id = @tenant_id AND stream_id = @stream_id), (SELECT max(version) FROM {events}
 			WHERE tenant_id = @tenant_id AND stream_id = @stream_id)), {partitioned}
 
--- When the events at the given positions were recorded.
+-- When the events at the given positions were recorded, wherever the log keeps them (archived and deleted streams'
+-- events too: a tombstone keeps its recording time).
 -- name: recorded_at
-SELECT position, recorded_at FROM {events} WHERE position = ANY (@positions)
+SELECT position, recorded_at FROM {log_source} e WHERE position = ANY (@positions)
 
+-- The events a ReadLog with the same query returns over a range (LogQuery.passes): the log as readers see it, the
+-- archived streams' events included, without tombstones, and without lifecycle markers except a deletion's
+-- (@marker_type) when the query asks for deletions, which obeys the stream type and tenant filters only.
 -- name: count_log
-SELECT count(*) FROM {events} WHERE position > @after AND position <= @through
-		AND {log_match}
+SELECT count(*) FROM {log_source} e WHERE position > @after AND position <= @through AND NOT gone
+		AND CASE WHEN starts_with(event_type, @marker_prefix::text)
+			THEN @deletions::bool AND event_type = @marker_type::text
+				AND (@stream_types_in::text[] IS NULL OR stream_type = ANY(@stream_types_in))
+				AND (@tenants_in::text[] IS NULL OR tenant_id = ANY(@tenants_in))
+			ELSE {log_match} END
 
 -- Lost commits (see commit.go): the server process of a connection, whether one still runs, and where the events
 -- of a lost append are, if it committed.
